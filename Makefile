@@ -1,0 +1,79 @@
+# pvfs front door.  `make` builds user space (CMake + Ninja), `make kmod`
+# builds pvfs.ko, `make check` runs every test.  `make help` lists targets.
+
+SHELL := /bin/bash
+SRC := $(CURDIR)
+
+# SANITIZE=1 builds user space with ASan + UBSan into its own tree.
+ifeq ($(SANITIZE),1)
+BUILD ?= $(SRC)/build-san
+CMAKE_FLAGS += -DPVFS_SANITIZE=ON
+else
+BUILD ?= $(SRC)/build
+endif
+KMOD_OUT ?= $(SRC)/build/kmod
+CMAKE_FLAGS += -DPVFS_KMOD_DIR=$(KMOD_OUT)
+
+# Kernels for `make kmod`: KDIR if given, else the running kernel's build
+# directory if it has one, else every installed kernel's headers.
+ALL_KDIRS := $(patsubst %/Makefile,%,$(wildcard /lib/modules/*/build/Makefile))
+RUNNING_KDIR := $(patsubst %/Makefile,%,$(wildcard /lib/modules/$(shell uname -r)/build/Makefile))
+ifdef KDIR
+KDIRS := $(KDIR)
+else
+KDIRS := $(or $(RUNNING_KDIR),$(ALL_KDIRS))
+endif
+# C=1 additionally runs sparse over every file; any warning fails the build.
+KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
+
+.PHONY: all configure kmod kmod-test check check-full up lint format dkms-install clean help
+
+all: configure
+	@ninja -C $(BUILD)
+
+configure: $(BUILD)/build.ninja
+
+$(BUILD)/build.ninja: CMakeLists.txt $(wildcard */CMakeLists.txt */*/CMakeLists.txt)
+	@cmake -S $(SRC) -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
+
+kmod:
+	@[ -n "$(KDIRS)" ] || { echo "make kmod: no kernel headers found; run scripts/deps or pass KDIR=" >&2; exit 1; }
+	@scripts/kbuild $(KBUILD_FLAGS) --include include --src kmod --out $(KMOD_OUT) $(KDIRS)
+
+# What the VM tests need: pvfs.ko and the rig's WARN_ON module for every
+# installed kernel, whatever the running one is, built with sparse.
+kmod-test:
+	@scripts/kbuild --werror --sparse --include include --src kmod --out $(KMOD_OUT) $(ALL_KDIRS)
+	@scripts/kbuild --werror --sparse --src tests/vm/warnmod --out $(KMOD_OUT)-test $(ALL_KDIRS)
+
+check:
+	@BUILD=$(BUILD) scripts/check
+
+check-full:
+	@BUILD=$(BUILD) scripts/check --full
+
+# The main job.  Until the servers and the kernel client exist this boots
+# the QEMU guest with pvfs.ko loaded and opens a shell there (or runs CMD).
+up: all kmod-test
+	@scripts/up
+
+lint: all
+	@scripts/lint $(BUILD)
+
+format:
+	@git ls-files '*.cpp' '*.hpp' '*.h' ':!kmod/*' ':!include/pvfs/pvfsd_dev.h' | xargs -r clang-format -i
+
+dkms-install:
+	@scripts/dkms-install
+
+clean:
+	rm -rf $(SRC)/build $(SRC)/build-san
+
+help:
+	@echo "make              build user space into $(BUILD) (SANITIZE=1: ASan+UBSan)"
+	@echo "make kmod         build pvfs.ko (KDIR=..., C=1 for sparse)"
+	@echo "make check        build everything and run the test suite (kernel 6.1)"
+	@echo "make check-full   the same on kernels 6.1 and 6.12"
+	@echo "make up           boot a guest with pvfs.ko loaded (CMD=... to run a command)"
+	@echo "make lint         clang-format and clang-tidy over user-space sources"
+	@echo "make dkms-install register kmod/ with DKMS for every installed kernel"

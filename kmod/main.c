@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pvfs.ko: module entry points.  The module registers the "pvfs" file
+ * system type and the /dev/pvfsd channel to the client daemon.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/init.h>
+#include <linux/module.h>
+
+#include "pvfs.h"
+#include "pvfs/pvfsd_dev.h"
+
+static int __init pvfs_init(void)
+{
+	int err;
+
+	err = pvfs_dev_init();
+	if (err)
+		return err;
+
+	err = pvfs_fs_init();
+	if (err) {
+		pvfs_dev_exit();
+		return err;
+	}
+
+	pr_info("loaded (channel protocol %u)\n", PVFSD_DEV_VERSION);
+	return 0;
+}
+
+static void __exit pvfs_exit(void)
+{
+	pvfs_fs_exit();
+	pvfs_dev_exit();
+	pr_info("unloaded\n");
+}
+
+module_init(pvfs_init);
+module_exit(pvfs_exit);
+
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("pvfs parallel file system client");
+MODULE_AUTHOR("The pvfs developers");
