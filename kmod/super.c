@@ -44,8 +44,10 @@ static int pvfs_get_tree(struct fs_context *fc)
 		return invalfc(fc, "no source given; expected tcp://host:port/fsname");
 
 	if (pvfs_check_source(fc->source))
-		return invalfc(fc, "bad source '%s'; expected tcp://host:port/fsname or ib://host:port/fsname",
-			       fc->source);
+		return invalfc(
+			fc,
+			"bad source '%s'; expected tcp://host:port/fsname or ib://host:port/fsname",
+			fc->source);
 
 	if (!pvfs_dev_daemon_attached()) {
 		errorfc(fc, "no pvfsd attached to /dev/pvfsd");

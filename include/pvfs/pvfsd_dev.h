@@ -13,6 +13,9 @@
 #ifndef PVFS_PVFSD_DEV_H
 #define PVFS_PVFSD_DEV_H
 
+/* A C ABI in kernel style, compiled by C++ too: exempt from the C++ lint. */
+/* NOLINTBEGIN */
+
 #ifdef __KERNEL__
 #include <linux/types.h>
 #else
@@ -44,14 +47,16 @@ typedef int32_t __s32;
  * by tag, is a "downcall".
  */
 struct pvfsd_msg_hdr {
-	__u32 magic;	/* PVFSD_DEV_MAGIC; anything else is rejected */
-	__u16 version;	/* PVFSD_DEV_VERSION of the sender */
-	__u16 op;	/* operation code; a downcall repeats its upcall's op */
-	__u64 tag;	/* chosen by the kernel, unique among pending upcalls;
-			 * the downcall carries the same tag */
-	__u32 length;	/* bytes of the whole message, header included,
-			 * at most PVFSD_DEV_MAX_MSG */
-	__s32 status;	/* downcall: 0 or a negative errno; upcall: 0 */
+	__u32 magic;   /* PVFSD_DEV_MAGIC; anything else is rejected */
+	__u16 version; /* PVFSD_DEV_VERSION of the sender */
+	__u16 op;      /* operation code; a downcall repeats its upcall's op */
+	__u64 tag;     /* chosen by the kernel, unique among pending upcalls;
+			* the downcall carries the same tag */
+	__u32 length;  /* bytes of the whole message, header included,
+			* at most PVFSD_DEV_MAX_MSG */
+	__s32 status;  /* downcall: 0 or a negative errno; upcall: 0 */
 };
+
+/* NOLINTEND */
 
 #endif /* PVFS_PVFSD_DEV_H */

@@ -65,7 +65,7 @@ bool check(std::string_view what, std::string_view expect, int rc, int err)
     const std::string got = result_name(rc, err);
     const bool match = got == expect;
     std::printf("%s: %s (%s)%s%.*s\n", std::string(what).c_str(), got.c_str(),
-                rc == 0 ? "success" : std::strerror(err), match ? "" : ", expected ",
+                rc == 0 ? "success" : strerrordesc_np(err), match ? "" : ", expected ",
                 match ? 0 : static_cast<int>(expect.size()), expect.data());
     return match;
 }
