@@ -26,14 +26,14 @@ endif
 # C=1 additionally runs sparse over every file; any warning fails the build.
 KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
 
-.PHONY: all configure kmod kmod-test check check-full up lint format dkms-install clean help
+.PHONY: all configure kmod kmod-test check check-full up lint format dkms-install clean help bench bench-net
 
 all: configure
 	@ninja -C $(BUILD)
 
 configure: $(BUILD)/build.ninja
 
-$(BUILD)/build.ninja: CMakeLists.txt $(wildcard */CMakeLists.txt */*/CMakeLists.txt)
+$(BUILD)/build.ninja: CMakeLists.txt $(wildcard */CMakeLists.txt */*/CMakeLists.txt */*/*/CMakeLists.txt)
 	@cmake -S $(SRC) -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
 
 kmod:
@@ -65,6 +65,13 @@ format:
 
 dkms-install:
 	@scripts/dkms-install
+
+# Benchmarks: each writes bench/results/<name>/ (data.csv, summary.md,
+# summary.json, plots).  QUICK=1 runs the short version used by make check.
+bench: bench-net
+
+bench-net: all
+	@bench/net/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD)
 
 clean:
 	rm -rf $(SRC)/build $(SRC)/build-san
