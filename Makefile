@@ -61,7 +61,8 @@ lint: all
 	@scripts/lint $(BUILD)
 
 format:
-	@git ls-files '*.cpp' '*.hpp' '*.h' ':!kmod/*' ':!include/pvfs/pvfsd_dev.h' | xargs -r clang-format -i
+	@git ls-files --cached --others --exclude-standard '*.c' '*.cpp' '*.hpp' '*.h' ':!include/pvfs/pvfsd_dev.h' | xargs -r clang-format -i
+	@clang-format -i --style=file:kmod/.clang-format include/pvfs/pvfsd_dev.h
 
 dkms-install:
 	@scripts/dkms-install

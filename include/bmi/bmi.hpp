@@ -1,0 +1,210 @@
+// BMI, the Buffered Message Interface: pvfs's network layer.
+//
+// A small non-blocking message API in the tradition of PVFS2's BMI.  Posts
+// never block: they complete at once ("completed"), are queued ("posted") or
+// fail.  Only the test* calls may sleep, up to their max_idle_ms, on the
+// methods' file descriptors; progress happens inside them, with no thread of
+// BMI's own.  Methods (tcp today, ib later) sit behind one interface and are
+// chosen by the address scheme ("tcp://host:port").
+//
+// Semantics
+// - Reliable and ordered per (peer, tag).  No wildcard receive: a receive
+//   names its peer and tag.  New requests from unknown peers arrive as
+//   "unexpected" messages through testunexpected().
+// - A sender may send less than the receiver posted (actual size reported).
+//   A message larger than the posted receive fails the receive with -EMSGSIZE;
+//   the connection stays usable.  See docs/bmi.md for the sender's side.
+// - Every op ends: it completes, fails with a precise negative errno, or is
+//   cancelled.  Errors: -ECONNREFUSED, -ECONNRESET (peer gone), -ETIMEDOUT (no
+//   progress within the idle timeout), -ECANCELED, -EMSGSIZE, -EPROTO (peer
+//   sent something malformed), -EHOSTUNREACH, -EINVAL, -ENOMEM.
+// - Memory handed to a post must stay valid and untouched until the op
+//   completes or test* reports its cancellation.
+//
+// Threading: one Bmi object is used by one thread at a time.  Several Bmi
+// objects may live in one process (a client and a server in one test).
+#ifndef PVFS_BMI_BMI_HPP
+#define PVFS_BMI_BMI_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bmi {
+
+using Addr = std::uint64_t;      // a peer; 0 is "no address"
+using OpId = std::uint64_t;      // a posted op; 0 is "none"
+using Tag = std::int32_t;        // matches sends to receives per peer
+using ContextId = std::uint32_t; // a completion queue
+
+inline constexpr Addr no_addr = 0;
+inline constexpr OpId no_op = 0;
+
+enum class Role : std::uint8_t {
+    client, // connects out only
+    server, // also listens on Options::listen
+};
+
+struct Options {
+    Role role = Role::client;
+    // Addresses to listen on, e.g. "tcp://127.0.0.1:3334"; port 0 picks a
+    // free port (listen_addresses() tells which).
+    std::vector<std::string> listen;
+};
+
+// Tunables and facts, for set_info/get_info.
+enum class Info : std::uint8_t {
+    eager_limit,           // bytes; larger messages use rendezvous (16 KiB)
+    unexpected_limit,      // bytes; largest unexpected message accepted (16 KiB)
+    unexpected_peer_bytes, // bytes of unexpected messages buffered per peer
+                           // before reading from it pauses (1 MiB)
+    idle_timeout_ms,       // an op without progress this long fails (30000)
+    keepalive_ms,          // TCP keepalive idle time (10000)
+    drop_addr,             // set: close the connections to this Addr now;
+                           // its ops fail with -ECONNRESET
+    engine,                // get: 1 epoll, 2 io_uring (env BMI_TCP_ENGINE)
+    open_connections,      // get: connections currently open
+};
+
+// A contiguous piece of a list send / receive.
+struct ConstBuffer {
+    const void *data = nullptr;
+    std::size_t size = 0;
+};
+struct MutableBuffer {
+    void *data = nullptr;
+    std::size_t size = 0;
+};
+
+// The outcome of a post.
+struct Post {
+    int error = 0;          // 0, or a negative errno: nothing was posted
+    bool completed = false; // finished now: no op to test, actual_size valid
+    OpId op = no_op;        // the op to test when posted
+    std::size_t actual_size = 0;
+
+    [[nodiscard]] bool ok() const noexcept { return error == 0; }
+};
+
+// A finished op, from test/testsome/testcontext.
+struct Completion {
+    OpId op = no_op;
+    int error = 0; // 0 or a negative errno
+    std::size_t actual_size = 0;
+    void *user_ptr = nullptr;
+    Addr peer = no_addr;
+    Tag tag = 0;
+};
+
+class UnexpectedPool;
+
+// An unexpected message.  Owns its bytes; destroying it returns them to
+// BMI (unexpected_free) and the peer's unexpected budget.
+class UnexpectedMessage {
+public:
+    UnexpectedMessage() = default;
+    UnexpectedMessage(UnexpectedMessage &&other) noexcept;
+    UnexpectedMessage &operator=(UnexpectedMessage &&other) noexcept;
+    UnexpectedMessage(const UnexpectedMessage &) = delete;
+    UnexpectedMessage &operator=(const UnexpectedMessage &) = delete;
+    ~UnexpectedMessage();
+
+    [[nodiscard]] Addr peer() const noexcept { return peer_; }
+    [[nodiscard]] Tag tag() const noexcept { return tag_; }
+    [[nodiscard]] std::span<const std::byte> data() const noexcept { return {buf_.data(), size_}; }
+
+private:
+    friend class UnexpectedPool;
+    Addr peer_ = no_addr;
+    Tag tag_ = 0;
+    std::size_t size_ = 0;
+    std::vector<std::byte> buf_;
+    std::shared_ptr<UnexpectedPool> pool_;
+};
+
+// Memory from memalloc: suitable for the method (registered for IB).
+class Memory {
+public:
+    Memory() = default;
+    explicit Memory(std::size_t size);
+    [[nodiscard]] std::byte *data() noexcept { return bytes_.get(); }
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+private:
+    struct Free {
+        void operator()(std::byte *p) const noexcept;
+    };
+    std::unique_ptr<std::byte, Free> bytes_;
+    std::size_t size_ = 0;
+};
+
+class Core;
+
+class Bmi {
+public:
+    // Throws std::system_error with a message naming the address when a
+    // listen address is malformed or cannot be bound.
+    explicit Bmi(const Options &options);
+    ~Bmi();
+    Bmi(const Bmi &) = delete;
+    Bmi &operator=(const Bmi &) = delete;
+    Bmi(Bmi &&) = delete;
+    Bmi &operator=(Bmi &&) = delete;
+
+    // "tcp://127.0.0.1:3334", with the port actually bound.
+    [[nodiscard]] std::vector<std::string> listen_addresses() const;
+
+    ContextId open_context();
+    // Ops still pending in the context are cancelled and reaped.
+    void close_context(ContextId ctx);
+
+    // Resolves "tcp://host:port" (no network traffic: connections are made
+    // on first use).  Returns no_addr and sets *error on a bad address.
+    Addr addr_lookup(std::string_view url, int *error = nullptr);
+    // The address string of a peer ("tcp://h:p"), or "" if unknown.
+    [[nodiscard]] std::string rev_lookup(Addr addr) const;
+
+    Post post_send(Addr dest, const void *buf, std::size_t size, Tag tag, void *user_ptr,
+                   ContextId ctx);
+    Post post_sendunexpected(Addr dest, const void *buf, std::size_t size, Tag tag, void *user_ptr,
+                             ContextId ctx);
+    Post post_recv(Addr src, void *buf, std::size_t size, Tag tag, void *user_ptr, ContextId ctx);
+    Post post_send_list(Addr dest, std::span<const ConstBuffer> bufs, Tag tag, void *user_ptr,
+                        ContextId ctx);
+    Post post_sendunexpected_list(Addr dest, std::span<const ConstBuffer> bufs, Tag tag,
+                                  void *user_ptr, ContextId ctx);
+    Post post_recv_list(Addr src, std::span<const MutableBuffer> bufs, Tag tag, void *user_ptr,
+                        ContextId ctx);
+
+    // Waits up to max_idle_ms for op to finish; true and *out filled when it
+    // did (the op is then gone).  An unknown op gives true with -EINVAL.
+    bool test(OpId op, Completion &out, int max_idle_ms);
+    // Reaps whichever of ops have finished, appending to out; waits up to
+    // max_idle_ms for the first one.  Returns how many were appended.
+    std::size_t testsome(std::span<const OpId> ops, std::vector<Completion> &out, int max_idle_ms);
+    // Reaps up to out.size() finished ops of ctx.  Returns the count.
+    std::size_t testcontext(ContextId ctx, std::span<Completion> out, int max_idle_ms);
+    // Appends up to max unexpected messages to out.  Returns the count.
+    std::size_t testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
+                               int max_idle_ms);
+
+    // Ends op with -ECANCELED (reported by test*) unless it has already
+    // finished.  Affects nothing else.  Returns 0 or -EINVAL (unknown op).
+    int cancel(OpId op);
+
+    [[nodiscard]] Memory memalloc(Addr peer, std::size_t size) const;
+
+    int set_info(Info key, std::uint64_t value);
+    [[nodiscard]] std::uint64_t get_info(Info key) const;
+
+private:
+    std::unique_ptr<Core> core_;
+};
+
+} // namespace bmi
+
+#endif // PVFS_BMI_BMI_HPP

@@ -1,0 +1,720 @@
+// BMI core: the Bmi facade, op table, contexts, address reference list,
+// idle deadlines and the unexpected queue.  Methods do the I/O.
+#include "core.hpp"
+
+#include "../methods/tcp/tcp.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <new>
+#include <system_error>
+
+namespace bmi {
+
+// ---------------------------------------------------------------- OpList
+
+void OpList::push_back(std::vector<Op> &ops, std::uint32_t i)
+{
+    Hook &h = ops[i].*hook_;
+    h.prev = tail_;
+    h.next = no_index;
+    if (tail_ != no_index)
+        (ops[tail_].*hook_).next = i;
+    else
+        head_ = i;
+    tail_ = i;
+}
+
+void OpList::remove(std::vector<Op> &ops, std::uint32_t i)
+{
+    Hook &h = ops[i].*hook_;
+    if (h.prev != no_index)
+        (ops[h.prev].*hook_).next = h.next;
+    else
+        head_ = h.next;
+    if (h.next != no_index)
+        (ops[h.next].*hook_).prev = h.prev;
+    else
+        tail_ = h.prev;
+    h = Hook{};
+}
+
+// ------------------------------------------------------ unexpected messages
+
+std::vector<std::byte> UnexpectedPool::take(std::size_t size)
+{
+    if (!free_.empty()) {
+        std::vector<std::byte> buf = std::move(free_.back());
+        free_.pop_back();
+        if (buf.size() < size)
+            buf.resize(size);
+        return buf;
+    }
+    return std::vector<std::byte>(size);
+}
+
+UnexpectedMessage UnexpectedPool::make(Addr peer, Tag tag, std::vector<std::byte> buf,
+                                       std::size_t size)
+{
+    UnexpectedMessage msg;
+    msg.peer_ = peer;
+    msg.tag_ = tag;
+    msg.size_ = size;
+    msg.buf_ = std::move(buf);
+    msg.pool_ = shared_from_this();
+    outstanding_[peer] += size;
+    return msg;
+}
+
+void UnexpectedPool::give_back(UnexpectedMessage &msg) noexcept
+{
+    const Addr peer = msg.peer_;
+    auto it = outstanding_.find(peer);
+    if (it != outstanding_.end()) {
+        it->second -= std::min(it->second, msg.size_);
+        if (it->second == 0)
+            outstanding_.erase(it);
+    }
+    // A bounded free list: at most 64 buffers are kept for reuse.
+    if (free_.size() < 64 && !msg.buf_.empty())
+        free_.push_back(std::move(msg.buf_));
+    msg.buf_ = {};
+    msg.size_ = 0;
+    if (on_release)
+        on_release(peer);
+}
+
+std::size_t UnexpectedPool::outstanding(Addr peer) const
+{
+    auto it = outstanding_.find(peer);
+    return it == outstanding_.end() ? 0 : it->second;
+}
+
+UnexpectedMessage::UnexpectedMessage(UnexpectedMessage &&other) noexcept
+    : peer_(other.peer_), tag_(other.tag_), size_(other.size_), buf_(std::move(other.buf_)),
+      pool_(std::move(other.pool_))
+{
+    other.size_ = 0;
+}
+
+UnexpectedMessage &UnexpectedMessage::operator=(UnexpectedMessage &&other) noexcept
+{
+    if (this != &other) {
+        if (pool_)
+            pool_->give_back(*this);
+        peer_ = other.peer_;
+        tag_ = other.tag_;
+        size_ = other.size_;
+        buf_ = std::move(other.buf_);
+        pool_ = std::move(other.pool_);
+        other.size_ = 0;
+    }
+    return *this;
+}
+
+UnexpectedMessage::~UnexpectedMessage()
+{
+    if (pool_)
+        pool_->give_back(*this);
+}
+
+// ------------------------------------------------------------------ Memory
+
+Memory::Memory(std::size_t size)
+    : bytes_(static_cast<std::byte *>(::operator new (size == 0 ? 1 : size, std::align_val_t{64}))),
+      size_(size)
+{
+}
+
+void Memory::Free::operator()(std::byte *p) const noexcept
+{
+    ::operator delete (p, std::align_val_t{64});
+}
+
+// -------------------------------------------------------------------- Core
+
+namespace {
+
+// Op ids: slot index in the low 32 bits, a generation above, so a stale id
+// never names a reused slot.
+constexpr OpId make_id(std::uint32_t generation, std::uint32_t index)
+{
+    return (static_cast<OpId>(generation) << 32U) | index;
+}
+
+} // namespace
+
+Core::Core(const Options &options)
+{
+    methods_.push_back(tcp::make_method(*this));
+    contexts_.emplace_back(); // context 0 is never handed out
+    for (const std::string &url : options.listen) {
+        const auto sep = url.find("://");
+        if (sep == std::string::npos)
+            throw std::system_error(EINVAL, std::generic_category(),
+                                    "bmi: listen address '" + url + "' has no scheme://");
+        const std::string_view scheme = std::string_view(url).substr(0, sep);
+        auto it = std::find_if(methods_.begin(), methods_.end(),
+                               [&](const auto &m) { return m->scheme() == scheme; });
+        if (it == methods_.end())
+            throw std::system_error(EPROTONOSUPPORT, std::generic_category(),
+                                    "bmi: no method for '" + url + "'");
+        if (options.role != Role::server)
+            throw std::system_error(EINVAL, std::generic_category(),
+                                    "bmi: a client does not listen ('" + url + "')");
+        listen_urls.push_back((*it)->listen(std::string_view(url).substr(sep + 3)));
+    }
+}
+
+Core::~Core()
+{
+    // Methods go first: they may still complete ops while closing.
+    methods_.clear();
+    unexpected_pool->on_release = nullptr;
+}
+
+Op *Core::find(OpId id)
+{
+    const std::uint32_t i = index_of(id);
+    return i == no_index ? nullptr : &ops[i];
+}
+
+std::uint32_t Core::index_of(OpId id) const
+{
+    const auto i = static_cast<std::uint32_t>(id & 0xffffffffU);
+    if (id == no_op || i >= ops.size() || ops[i].id != id || ops[i].state == OpState::free)
+        return no_index;
+    return i;
+}
+
+std::uint32_t Core::alloc_op()
+{
+    std::uint32_t i = 0;
+    if (!free_ops_.empty()) {
+        i = free_ops_.back();
+        free_ops_.pop_back();
+    } else {
+        i = static_cast<std::uint32_t>(ops.size());
+        ops.emplace_back();
+    }
+    Op &op = ops[i];
+    if (++generation_ == 0)
+        generation_ = 1;
+    op.id = make_id(generation_, i);
+    op.state = OpState::active;
+    op.bufs.clear();
+    op.total = op.done_bytes = op.actual = 0;
+    op.error = 0;
+    op.mstate = 0;
+    op.remote_cookie = 0;
+    op.conn = no_index;
+    op.match = op.timeout = op.done = op.peer_ops = Hook{};
+    op.in_timeout_list = op.in_done_list = op.in_peer_list = false;
+    return i;
+}
+
+void Core::release_op(std::uint32_t i)
+{
+    Op &op = ops[i];
+    if (op.in_timeout_list) {
+        timeouts_.remove(ops, i);
+        op.in_timeout_list = false;
+    }
+    if (op.in_done_list) {
+        contexts_[op.ctx].done.remove(ops, i);
+        op.in_done_list = false;
+    }
+    op.state = OpState::free;
+    op.id = no_op;
+    free_ops_.push_back(i);
+}
+
+void Core::touch(std::uint32_t i)
+{
+    Op &op = ops[i];
+    op.last_progress = Clock::now();
+    if (op.in_timeout_list) {
+        timeouts_.remove(ops, i);
+        timeouts_.push_back(ops, i);
+    }
+}
+
+void Core::complete(std::uint32_t i, int error, std::size_t actual)
+{
+    Op &op = ops[i];
+    if (op.state != OpState::active)
+        return;
+    op.state = OpState::done;
+    op.error = error;
+    op.actual = actual;
+    if (op.in_timeout_list) {
+        timeouts_.remove(ops, i);
+        op.in_timeout_list = false;
+    }
+    contexts_[op.ctx].done.push_back(ops, i);
+    op.in_done_list = true;
+}
+
+Completion Core::reap(std::uint32_t i)
+{
+    const Op &op = ops[i];
+    Completion c{op.id, op.error, op.actual, op.user_ptr, op.peer, op.tag};
+    release_op(i);
+    return c;
+}
+
+void Core::deliver_unexpected(UnexpectedMessage msg)
+{
+    unexpected_.push_back(std::move(msg));
+}
+
+Addr Core::peer_for_url(Method &method, const std::string &url)
+{
+    auto it = addr_by_url_.find(url);
+    if (it != addr_by_url_.end())
+        return it->second;
+    addrs_.push_back(AddrEntry{url, &method});
+    const Addr addr = addrs_.size();
+    addr_by_url_.emplace(url, addr);
+    return addr;
+}
+
+const std::string &Core::url_of(Addr addr) const
+{
+    static const std::string none;
+    return addr == no_addr || addr > addrs_.size() ? none : addrs_[addr - 1].url;
+}
+
+ContextId Core::open_context()
+{
+    for (std::size_t c = 1; c < contexts_.size(); ++c) {
+        if (!contexts_[c].open) {
+            contexts_[c].open = true;
+            return static_cast<ContextId>(c);
+        }
+    }
+    contexts_.emplace_back();
+    contexts_.back().open = true;
+    return static_cast<ContextId>(contexts_.size() - 1);
+}
+
+void Core::close_context(ContextId ctx)
+{
+    if (ctx == 0 || ctx >= contexts_.size() || !contexts_[ctx].open)
+        return;
+    for (std::uint32_t i = 0; i < ops.size(); ++i) {
+        if (ops[i].state == OpState::active && ops[i].ctx == ctx)
+            method_of(i).cancel(i, -ECANCELED);
+    }
+    while (!contexts_[ctx].done.empty())
+        release_op(contexts_[ctx].done.front());
+    contexts_[ctx].open = false;
+}
+
+Addr Core::lookup(std::string_view url, int *error)
+{
+    const auto fail = [error](int err) {
+        if (error != nullptr)
+            *error = err;
+        return no_addr;
+    };
+    if (error != nullptr)
+        *error = 0;
+    const std::string key(url);
+    auto it = addr_by_url_.find(key);
+    if (it != addr_by_url_.end())
+        return it->second;
+    const auto sep = url.find("://");
+    if (sep == std::string_view::npos)
+        return fail(-EINVAL);
+    const std::string_view scheme = url.substr(0, sep);
+    for (auto &m : methods_) {
+        if (m->scheme() != scheme)
+            continue;
+        const Addr addr = addrs_.size() + 1;
+        if (const int rc = m->add_peer(addr, url.substr(sep + 3)); rc != 0)
+            return fail(rc);
+        addrs_.push_back(AddrEntry{key, m.get()});
+        addr_by_url_.emplace(key, addr);
+        return addr;
+    }
+    return fail(-EPROTONOSUPPORT);
+}
+
+Post Core::post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag tag,
+                void *user_ptr, ContextId ctx)
+{
+    if (peer == no_addr || peer > addrs_.size() || ctx == 0 || ctx >= contexts_.size() ||
+        !contexts_[ctx].open)
+        return Post{-EINVAL, false, no_op, 0};
+    std::size_t total = 0;
+    for (const MutableBuffer &b : bufs) {
+        if (b.data == nullptr && b.size != 0)
+            return Post{-EINVAL, false, no_op, 0};
+        total += b.size;
+    }
+    if (kind == OpKind::send_unexpected && total > limits.unexpected)
+        return Post{-EMSGSIZE, false, no_op, 0};
+
+    const std::uint32_t i = alloc_op();
+    Op &op = ops[i];
+    op.kind = kind;
+    op.peer = peer;
+    op.tag = tag;
+    op.user_ptr = user_ptr;
+    op.ctx = ctx;
+    op.bufs.assign(bufs.begin(), bufs.end());
+    op.total = total;
+    op.last_progress = Clock::now();
+    timeouts_.push_back(ops, i);
+    op.in_timeout_list = true;
+
+    Method *method = addrs_[peer - 1].method;
+    if (method->post(i)) {
+        Post p{ops[i].error, true, no_op, ops[i].actual};
+        if (p.error != 0)
+            p.completed = false;
+        release_op(i);
+        return p;
+    }
+    return Post{0, false, ops[i].id, 0};
+}
+
+int Core::sleep_budget(Clock::time_point deadline)
+{
+    const auto now = Clock::now();
+    if (now >= deadline)
+        return 0;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+    // Wake at least once a second to enforce idle deadlines.
+    return static_cast<int>(std::min<long long>(left + 1, 1000));
+}
+
+void Core::expire_idle_ops()
+{
+    const auto limit = Clock::now() - limits.idle_timeout;
+    while (!timeouts_.empty()) {
+        const std::uint32_t i = timeouts_.front();
+        if (ops[i].last_progress > limit)
+            break;
+        timeouts_.remove(ops, i);
+        ops[i].in_timeout_list = false;
+        method_of(i).cancel(i, -ETIMEDOUT);
+        if (ops[i].state == OpState::active) // a method that could not end it now
+            complete(i, -ETIMEDOUT, ops[i].done_bytes);
+    }
+}
+
+void Core::progress(int timeout_ms)
+{
+    for (auto &m : methods_)
+        m->progress(methods_.size() == 1 ? timeout_ms : 0);
+    expire_idle_ops();
+}
+
+bool Core::test(OpId id, Completion &out, int max_idle_ms)
+{
+    const std::uint32_t i = index_of(id);
+    if (i == no_index) {
+        out = Completion{id, -EINVAL, 0, nullptr, no_addr, 0};
+        return true;
+    }
+    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    progress(0);
+    while (ops[i].state != OpState::done) {
+        const int budget = sleep_budget(deadline);
+        if (budget == 0)
+            return false;
+        progress(budget);
+    }
+    out = reap(i);
+    return true;
+}
+
+std::size_t Core::testsome(std::span<const OpId> ids, std::vector<Completion> &out, int max_idle_ms)
+{
+    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    progress(0);
+    for (;;) {
+        std::size_t n = 0;
+        for (const OpId id : ids) {
+            const std::uint32_t i = index_of(id);
+            if (i != no_index && ops[i].state == OpState::done) {
+                out.push_back(reap(i));
+                ++n;
+            }
+        }
+        if (n > 0)
+            return n;
+        const int budget = sleep_budget(deadline);
+        if (budget == 0)
+            return 0;
+        progress(budget);
+    }
+}
+
+std::size_t Core::testcontext(ContextId ctx, std::span<Completion> out, int max_idle_ms)
+{
+    if (ctx == 0 || ctx >= contexts_.size() || !contexts_[ctx].open || out.empty())
+        return 0;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    progress(0);
+    for (;;) {
+        std::size_t n = 0;
+        OpList &done = contexts_[ctx].done;
+        while (n < out.size() && !done.empty())
+            out[n++] = reap(done.front());
+        if (n > 0)
+            return n;
+        const int budget = sleep_budget(deadline);
+        if (budget == 0)
+            return 0;
+        progress(budget);
+    }
+}
+
+std::size_t Core::testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
+                                 int max_idle_ms)
+{
+    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    progress(0);
+    for (;;) {
+        std::size_t n = 0;
+        while (n < max && !unexpected_.empty()) {
+            out.push_back(std::move(unexpected_.front()));
+            unexpected_.pop_front();
+            ++n;
+        }
+        if (n > 0 || max == 0)
+            return n;
+        const int budget = sleep_budget(deadline);
+        if (budget == 0)
+            return 0;
+        progress(budget);
+    }
+}
+
+int Core::cancel(OpId id)
+{
+    const std::uint32_t i = index_of(id);
+    if (i == no_index)
+        return -EINVAL;
+    if (ops[i].state == OpState::active)
+        method_of(i).cancel(i, -ECANCELED);
+    return 0;
+}
+
+int Core::set_info(Info key, std::uint64_t value)
+{
+    switch (key) {
+    case Info::eager_limit:
+        if (value < 1024 || value > (std::uint64_t{64} << 20U))
+            return -EINVAL;
+        limits.eager = value;
+        return 0;
+    case Info::unexpected_limit:
+        if (value < 256 || value > (std::uint64_t{16} << 20U))
+            return -EINVAL;
+        limits.unexpected = value;
+        return 0;
+    case Info::unexpected_peer_bytes:
+        if (value < limits.unexpected)
+            return -EINVAL;
+        limits.unexpected_peer_bytes = value;
+        return 0;
+    case Info::idle_timeout_ms:
+        if (value < 10 || value > std::uint64_t{3600} * 1000)
+            return -EINVAL;
+        limits.idle_timeout = std::chrono::milliseconds(value);
+        return 0;
+    case Info::keepalive_ms:
+        if (value < 1000 || value > std::uint64_t{3600} * 1000)
+            return -EINVAL;
+        limits.keepalive = std::chrono::milliseconds(value);
+        return 0;
+    case Info::drop_addr:
+        if (value == no_addr || value > addrs_.size())
+            return -EINVAL;
+        addrs_[value - 1].method->drop_peer(value, -ECONNRESET);
+        return 0;
+    case Info::engine:
+    case Info::open_connections:
+        return -EINVAL;
+    }
+    return -EINVAL;
+}
+
+std::uint64_t Core::get_info(Info key) const
+{
+    switch (key) {
+    case Info::eager_limit:
+        return limits.eager;
+    case Info::unexpected_limit:
+        return limits.unexpected;
+    case Info::unexpected_peer_bytes:
+        return limits.unexpected_peer_bytes;
+    case Info::idle_timeout_ms:
+        return static_cast<std::uint64_t>(limits.idle_timeout.count());
+    case Info::keepalive_ms:
+        return static_cast<std::uint64_t>(limits.keepalive.count());
+    case Info::engine:
+        return methods_[0]->engine();
+    case Info::open_connections: {
+        std::uint64_t n = 0;
+        for (const auto &m : methods_)
+            n += m->open_connections();
+        return n;
+    }
+    case Info::drop_addr:
+        return 0;
+    }
+    return 0;
+}
+
+// --------------------------------------------------------------------- Bmi
+
+Bmi::Bmi(const Options &options) : core_(std::make_unique<Core>(options)) {}
+Bmi::~Bmi() = default;
+
+std::vector<std::string> Bmi::listen_addresses() const
+{
+    return core_->listen_urls;
+}
+
+ContextId Bmi::open_context()
+{
+    return core_->open_context();
+}
+
+void Bmi::close_context(ContextId ctx)
+{
+    core_->close_context(ctx);
+}
+
+Addr Bmi::addr_lookup(std::string_view url, int *error)
+{
+    return core_->lookup(url, error);
+}
+
+std::string Bmi::rev_lookup(Addr addr) const
+{
+    return core_->url_of(addr);
+}
+
+namespace {
+
+// Send buffers are never written; the op table stores one buffer type.
+MutableBuffer as_mutable(const void *data, std::size_t size)
+{
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast)
+    return MutableBuffer{const_cast<void *>(data), size};
+}
+
+} // namespace
+
+Post Bmi::post_send(Addr dest, const void *buf, std::size_t size, Tag tag, void *user_ptr,
+                    ContextId ctx)
+{
+    const MutableBuffer b = as_mutable(buf, size);
+    return core_->post(OpKind::send, dest, {&b, 1}, tag, user_ptr, ctx);
+}
+
+Post Bmi::post_sendunexpected(Addr dest, const void *buf, std::size_t size, Tag tag, void *user_ptr,
+                              ContextId ctx)
+{
+    const MutableBuffer b = as_mutable(buf, size);
+    return core_->post(OpKind::send_unexpected, dest, {&b, 1}, tag, user_ptr, ctx);
+}
+
+Post Bmi::post_recv(Addr src, void *buf, std::size_t size, Tag tag, void *user_ptr, ContextId ctx)
+{
+    const MutableBuffer b{buf, size};
+    return core_->post(OpKind::recv, src, {&b, 1}, tag, user_ptr, ctx);
+}
+
+namespace {
+
+Post post_const_list(Core &core, OpKind kind, Addr dest, std::span<const ConstBuffer> bufs, Tag tag,
+                     void *user_ptr, ContextId ctx)
+{
+    // Small lists convert on the stack; larger ones once per post.
+    constexpr std::size_t inline_bufs = 16;
+    std::array<MutableBuffer, inline_bufs> small{};
+    std::vector<MutableBuffer> large;
+    std::span<MutableBuffer> out;
+    if (bufs.size() <= inline_bufs) {
+        out = std::span<MutableBuffer>(small.data(), bufs.size());
+    } else {
+        large.resize(bufs.size());
+        out = large;
+    }
+    for (std::size_t k = 0; k < bufs.size(); ++k)
+        out[k] = as_mutable(bufs[k].data, bufs[k].size);
+    return core.post(kind, dest, out, tag, user_ptr, ctx);
+}
+
+} // namespace
+
+Post Bmi::post_send_list(Addr dest, std::span<const ConstBuffer> bufs, Tag tag, void *user_ptr,
+                         ContextId ctx)
+{
+    return post_const_list(*core_, OpKind::send, dest, bufs, tag, user_ptr, ctx);
+}
+
+Post Bmi::post_sendunexpected_list(Addr dest, std::span<const ConstBuffer> bufs, Tag tag,
+                                   void *user_ptr, ContextId ctx)
+{
+    return post_const_list(*core_, OpKind::send_unexpected, dest, bufs, tag, user_ptr, ctx);
+}
+
+Post Bmi::post_recv_list(Addr src, std::span<const MutableBuffer> bufs, Tag tag, void *user_ptr,
+                         ContextId ctx)
+{
+    return core_->post(OpKind::recv, src, bufs, tag, user_ptr, ctx);
+}
+
+bool Bmi::test(OpId op, Completion &out, int max_idle_ms)
+{
+    return core_->test(op, out, max_idle_ms);
+}
+
+std::size_t Bmi::testsome(std::span<const OpId> ops, std::vector<Completion> &out, int max_idle_ms)
+{
+    return core_->testsome(ops, out, max_idle_ms);
+}
+
+std::size_t Bmi::testcontext(ContextId ctx, std::span<Completion> out, int max_idle_ms)
+{
+    return core_->testcontext(ctx, out, max_idle_ms);
+}
+
+std::size_t Bmi::testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
+                                int max_idle_ms)
+{
+    return core_->testunexpected(out, max, max_idle_ms);
+}
+
+int Bmi::cancel(OpId op)
+{
+    return core_->cancel(op);
+}
+
+// Not static: the IB method will register the memory with this Bmi's device.
+// NOLINTNEXTLINE(readability-convert-member-functions-to-static)
+Memory Bmi::memalloc(Addr /*peer*/, std::size_t size) const
+{
+    return Memory(size);
+}
+
+int Bmi::set_info(Info key, std::uint64_t value)
+{
+    return core_->set_info(key, value);
+}
+
+std::uint64_t Bmi::get_info(Info key) const
+{
+    return core_->get_info(key);
+}
+
+} // namespace bmi

@@ -1,0 +1,213 @@
+// BMI core, internal: ops, contexts, the address reference list and the
+// method interface.  Methods see this header; users see include/bmi/bmi.hpp.
+#ifndef PVFS_LIBNET_CORE_CORE_HPP
+#define PVFS_LIBNET_CORE_CORE_HPP
+
+#include "bmi/bmi.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace bmi {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr std::uint32_t no_index = std::numeric_limits<std::uint32_t>::max();
+
+enum class OpKind : std::uint8_t { send, send_unexpected, recv };
+
+// Where an op stands; methods refine "active" with their own field.
+enum class OpState : std::uint8_t { free, active, done };
+
+// Intrusive doubly linked list hooks, by op slot index.
+struct Hook {
+    std::uint32_t prev = no_index;
+    std::uint32_t next = no_index;
+};
+
+struct Op {
+    OpId id = no_op;
+    OpKind kind = OpKind::send;
+    OpState state = OpState::free;
+    Addr peer = no_addr;
+    Tag tag = 0;
+    void *user_ptr = nullptr;
+    ContextId ctx = 0;
+    std::vector<MutableBuffer> bufs; // capacity kept across reuse of the slot
+    std::size_t total = 0;           // sum of bufs
+    std::size_t done_bytes = 0;      // moved so far
+    std::size_t actual = 0;
+    int error = 0;
+    Clock::time_point last_progress;
+    bool in_timeout_list = false;
+    bool in_done_list = false;
+    bool in_peer_list = false; // method: linked through peer_ops
+
+    // Method-private state.
+    std::uint8_t mstate = 0;
+    std::uint64_t remote_cookie = 0; // the peer's op id in a rendezvous
+    std::uint32_t conn = no_index;   // connection the op's bytes travel on
+    Hook match;                      // method lists (posted receives, ...)
+    Hook peer_ops;                   // method: all live ops of one peer
+    Hook timeout;                    // core: ops by last progress
+    Hook done;                       // core: finished ops per context
+};
+
+// A list of ops threaded through one of the Op hooks.
+class OpList {
+public:
+    explicit OpList(Hook Op::*hook) : hook_(hook) {}
+    [[nodiscard]] bool empty() const noexcept { return head_ == no_index; }
+    [[nodiscard]] std::uint32_t front() const noexcept { return head_; }
+    void push_back(std::vector<Op> &ops, std::uint32_t i);
+    void remove(std::vector<Op> &ops, std::uint32_t i);
+    [[nodiscard]] std::uint32_t next(const std::vector<Op> &ops, std::uint32_t i) const
+    {
+        return (ops[i].*hook_).next;
+    }
+
+private:
+    Hook Op::*hook_;
+    std::uint32_t head_ = no_index;
+    std::uint32_t tail_ = no_index;
+};
+
+class Core;
+
+// A transport method (tcp, ib): one ops table behind which the core never
+// sees a socket.
+class Method {
+public:
+    virtual ~Method() = default;
+    Method() = default;
+    Method(const Method &) = delete;
+    Method &operator=(const Method &) = delete;
+    Method(Method &&) = delete;
+    Method &operator=(Method &&) = delete;
+
+    [[nodiscard]] virtual std::string_view scheme() const = 0;
+    // Starts listening on "host:port"; returns the bound URL or throws.
+    virtual std::string listen(std::string_view hostport) = 0;
+    // Validates "host:port" and creates the method's peer for addr.
+    virtual int add_peer(Addr addr, std::string_view hostport) = 0;
+    // Takes a newly posted op.  Returns true when it finished at once (the
+    // op's error/actual are set); else the method completes it later.
+    virtual bool post(std::uint32_t op_index) = 0;
+    // Ends the op with -ECANCELED if it has not finished.
+    virtual void cancel(std::uint32_t op_index, int error) = 0;
+    // Moves bytes; sleeps at most timeout_ms when there is nothing to do.
+    virtual void progress(int timeout_ms) = 0;
+    virtual void drop_peer(Addr addr, int error) = 0;
+    [[nodiscard]] virtual std::uint64_t open_connections() const = 0;
+    [[nodiscard]] virtual std::uint64_t engine() const = 0;
+};
+
+// Tunables shared by the core and the methods.
+struct Limits {
+    std::size_t eager = std::size_t{16} * 1024;
+    std::size_t unexpected = std::size_t{16} * 1024;
+    std::size_t unexpected_peer_bytes = std::size_t{1024} * 1024;
+    std::chrono::milliseconds idle_timeout{30000};
+    std::chrono::milliseconds keepalive{10000};
+};
+
+// Delivers unexpected messages; shared with the messages so that freeing one
+// after the Bmi is gone is safe.
+class UnexpectedPool : public std::enable_shared_from_this<UnexpectedPool> {
+public:
+    // A buffer of at least size bytes, reused when possible.
+    std::vector<std::byte> take(std::size_t size);
+    UnexpectedMessage make(Addr peer, Tag tag, std::vector<std::byte> buf, std::size_t size);
+    void give_back(UnexpectedMessage &msg) noexcept;
+    // Bytes of unexpected messages from peer not yet freed by the user.
+    [[nodiscard]] std::size_t outstanding(Addr peer) const;
+    // Called when a peer's budget frees up.
+    std::function<void(Addr)> on_release;
+
+private:
+    std::vector<std::vector<std::byte>> free_;
+    std::unordered_map<Addr, std::size_t> outstanding_;
+};
+
+class Core {
+public:
+    explicit Core(const Options &options);
+    ~Core();
+    Core(const Core &) = delete;
+    Core &operator=(const Core &) = delete;
+    Core(Core &&) = delete;
+    Core &operator=(Core &&) = delete;
+
+    // --- for methods ---
+    std::vector<Op> ops;
+    Limits limits;
+    std::shared_ptr<UnexpectedPool> unexpected_pool = std::make_shared<UnexpectedPool>();
+
+    // The op with this id, if it is live.
+    [[nodiscard]] Op *find(OpId id);
+    [[nodiscard]] std::uint32_t index_of(OpId id) const;
+    // Records progress on an op (resets its idle deadline).
+    void touch(std::uint32_t i);
+    // Finishes an op: it becomes visible to test*.
+    void complete(std::uint32_t i, int error, std::size_t actual);
+    void deliver_unexpected(UnexpectedMessage msg);
+    // The Addr for an incoming peer's URL, made if new.
+    Addr peer_for_url(Method &method, const std::string &url);
+    [[nodiscard]] const std::string &url_of(Addr addr) const;
+    [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
+
+    // --- for the Bmi facade ---
+    std::vector<std::string> listen_urls;
+    ContextId open_context();
+    void close_context(ContextId ctx);
+    Addr lookup(std::string_view url, int *error);
+    Post post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag tag, void *user_ptr,
+              ContextId ctx);
+    bool test(OpId id, Completion &out, int max_idle_ms);
+    std::size_t testsome(std::span<const OpId> ids, std::vector<Completion> &out, int max_idle_ms);
+    std::size_t testcontext(ContextId ctx, std::span<Completion> out, int max_idle_ms);
+    std::size_t testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
+                               int max_idle_ms);
+    int cancel(OpId id);
+    int set_info(Info key, std::uint64_t value);
+    [[nodiscard]] std::uint64_t get_info(Info key) const;
+
+private:
+    struct AddrEntry {
+        std::string url;
+        Method *method = nullptr;
+    };
+    struct Context {
+        bool open = false;
+        OpList done{&Op::done};
+    };
+
+    std::uint32_t alloc_op();
+    void release_op(std::uint32_t i);
+    Completion reap(std::uint32_t i);
+    // Runs every method once; sleeps at most timeout_ms.
+    void progress(int timeout_ms);
+    void expire_idle_ops();
+    [[nodiscard]] Method &method_of(std::uint32_t i) { return *addrs_[ops[i].peer - 1].method; }
+    [[nodiscard]] static int sleep_budget(Clock::time_point deadline);
+
+    std::vector<std::unique_ptr<Method>> methods_;
+    std::vector<AddrEntry> addrs_; // Addr n is addrs_[n - 1]
+    std::unordered_map<std::string, Addr> addr_by_url_;
+    std::vector<std::uint32_t> free_ops_;
+    std::vector<Context> contexts_;
+    OpList timeouts_{&Op::timeout};
+    std::deque<UnexpectedMessage> unexpected_;
+    std::uint32_t generation_ = 1;
+};
+
+} // namespace bmi
+
+#endif // PVFS_LIBNET_CORE_CORE_HPP

@@ -1,0 +1,1535 @@
+// BMI's TCP method.  Connections are made on first use and shared by both
+// directions; each side sends on one connection per peer (the first that
+// came up), so messages stay ordered per peer.  Small messages go eagerly,
+// large ones by an explicit rendezvous (RTS -> receive posted -> CTS -> data
+// in chunks sent round-robin with other traffic), so a large message never
+// holds up small ones.  The protocol is described in docs/bmi.md.
+#include "tcp.hpp"
+
+#include "frame.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace bmi::tcp {
+
+namespace {
+
+// ------------------------------------------------------------------ helpers
+
+class UniqueFd {
+public:
+    UniqueFd() = default;
+    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+    UniqueFd(const UniqueFd &) = delete;
+    UniqueFd &operator=(const UniqueFd &) = delete;
+    UniqueFd(UniqueFd &&o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    UniqueFd &operator=(UniqueFd &&o) noexcept
+    {
+        if (this != &o) {
+            reset();
+            fd_ = std::exchange(o.fd_, -1);
+        }
+        return *this;
+    }
+    ~UniqueFd() { reset(); }
+    [[nodiscard]] int get() const noexcept { return fd_; }
+    [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
+    void reset() noexcept
+    {
+        if (fd_ >= 0)
+            ::close(fd_);
+        fd_ = -1;
+    }
+
+private:
+    int fd_ = -1;
+};
+
+// strerror is not thread-safe; strerrordesc_np (glibc 2.32) is.
+std::string errno_text(int err)
+{
+    const char *text = strerrordesc_np(err);
+    return text != nullptr ? text : "errno " + std::to_string(err);
+}
+
+void log_error(const std::string &msg)
+{
+    // Replaced by gossip once the logging component lands.
+    std::fprintf(stderr, "bmi tcp: %s\n", msg.c_str());
+}
+
+bool debug_enabled()
+{
+    static const bool on = [] {
+        const char *env =
+            std::getenv("BMI_DEBUG"); // NOLINT(concurrency-mt-unsafe): once, at first use
+        return env != nullptr && *env != '\0' && std::strcmp(env, "0") != 0;
+    }();
+    return on;
+}
+
+void log_debug(const std::string &msg)
+{
+    if (debug_enabled())
+        std::fprintf(stderr, "bmi tcp debug: %s\n", msg.c_str());
+}
+
+// Splits "host:port" or "[v6]:port".
+bool split_hostport(std::string_view hp, std::string &host, std::string &port)
+{
+    if (hp.empty())
+        return false;
+    std::size_t colon = 0;
+    if (hp.front() == '[') {
+        const auto close = hp.find(']');
+        if (close == std::string_view::npos || close + 1 >= hp.size() || hp[close + 1] != ':')
+            return false;
+        host = std::string(hp.substr(1, close - 1));
+        colon = close + 1;
+    } else {
+        colon = hp.rfind(':');
+        if (colon == std::string_view::npos || colon == 0)
+            return false;
+        host = std::string(hp.substr(0, colon));
+    }
+    port = std::string(hp.substr(colon + 1));
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return false;
+    return std::stoul(port) <= 65535;
+}
+
+int resolve(std::string_view hp, sockaddr_storage &sa, socklen_t &len)
+{
+    std::string host;
+    std::string port;
+    if (!split_hostport(hp, host, port))
+        return -EINVAL;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo *res = nullptr;
+    if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+        return -EHOSTUNREACH;
+    std::memcpy(&sa, res->ai_addr, res->ai_addrlen);
+    len = res->ai_addrlen;
+    ::freeaddrinfo(res);
+    return 0;
+}
+
+std::string sockaddr_url(const sockaddr_storage &sa)
+{
+    std::array<char, INET6_ADDRSTRLEN> buf{};
+    if (sa.ss_family == AF_INET) {
+        sockaddr_in in{};
+        std::memcpy(&in, &sa, sizeof in);
+        ::inet_ntop(AF_INET, &in.sin_addr, buf.data(), buf.size());
+        return std::string("tcp://") + buf.data() + ":" + std::to_string(ntohs(in.sin_port));
+    }
+    sockaddr_in6 in6{};
+    std::memcpy(&in6, &sa, sizeof in6);
+    ::inet_ntop(AF_INET6, &in6.sin6_addr, buf.data(), buf.size());
+    return std::string("tcp://[") + buf.data() + "]:" + std::to_string(ntohs(in6.sin6_port));
+}
+
+// Receive-side staging buffer per connection.
+constexpr std::size_t stage_size = std::size_t{64} * 1024;
+// Payloads at least this large are read straight into the user's buffer.
+constexpr std::size_t direct_read_min = std::size_t{16} * 1024;
+// Rendezvous data goes in chunks of this size (the receiver's limit).
+constexpr std::size_t chunk_size = std::size_t{512} * 1024;
+// Early (not yet received) eager messages buffered per peer.
+constexpr std::size_t early_peer_bytes = std::size_t{4} * 1024 * 1024;
+constexpr std::size_t max_iov = 64;
+constexpr int max_events = 64;
+
+// Op states inside this method (Op::mstate).
+enum : std::uint8_t {
+    st_none = 0,
+    st_recv_posted,     // receive in the match table
+    st_recv_early_wait, // receive waiting for an early message to finish arriving
+    st_recv_eager,      // eager payload streaming into the receive
+    st_recv_rndv,       // CTS sent; data chunks arriving
+    st_send_wait_conn,  // send waiting for the connection (or its hello)
+    st_send_queued,     // eager / unexpected frame queued
+    st_send_rts,        // RTS queued or sent; waiting for CTS
+    st_send_data,       // data chunks being sent
+};
+
+// One frame (or a piece of one) waiting to be written.
+struct TxItem {
+    HeaderBytes hdr{};
+    std::size_t hdr_sent = 0;
+    std::uint32_t op = no_index; // payload source, or no_index for owned bytes
+    OpId op_id = no_op;
+    std::size_t off = 0; // payload range within the op's buffers
+    std::size_t len = 0;
+    std::size_t sent = 0;
+    std::vector<std::byte> own; // payload owned by the item (hello, detached rest)
+    FrameType type = FrameType::hello;
+};
+
+enum class Sink : std::uint8_t { none, op, early, unexpected, hello, discard };
+
+struct Conn {
+    UniqueFd fd;
+    std::uint32_t generation = 0;
+    Addr peer = no_addr;
+    bool connecting = false;
+    bool hello_received = false;
+    bool paused = false; // not reading: a budget is exhausted
+    bool closed = true;
+    std::uint32_t events = 0;
+    std::deque<TxItem> tx;
+    // receive side
+    std::vector<std::byte> stage = std::vector<std::byte>(stage_size);
+    std::size_t rb = 0;
+    std::size_t re = 0;
+    FrameHeader h;
+    Sink sink = Sink::none;
+    std::uint32_t sink_op = no_index;
+    OpId sink_op_id = no_op;
+    std::size_t sink_off = 0; // where in the op / buffer the next byte goes
+    std::size_t payload_left = 0;
+    std::vector<std::byte> sink_buf;
+    std::size_t early_index = 0; // which early item the payload fills (by serial)
+    std::uint64_t early_serial = 0;
+};
+
+// A message that arrived before its receive was posted.
+struct Early {
+    std::uint64_t serial = 0;
+    Tag tag = 0;
+    FrameType type = FrameType::eager; // eager or rts
+    std::vector<std::byte> data;
+    std::size_t size = 0;     // eager: payload length; rts: message length
+    bool complete = false;    // eager payload fully arrived
+    std::uint64_t cookie = 0; // rts: the sender's op
+    std::uint32_t waiting_op = no_index;
+};
+
+struct Peer {
+    Addr addr = no_addr;
+    std::string hostport; // for connecting; "" when the peer cannot be called
+    bool resolved = false;
+    sockaddr_storage sa{};
+    socklen_t salen = 0;
+    std::uint32_t tx_conn = no_index;
+    std::vector<std::uint32_t> conns;
+    HelloBody remote;
+    bool remote_known = false;
+    OpList waiting{&Op::match}; // sends waiting for the connection
+    OpList ops{&Op::peer_ops};  // every live op of this peer
+    std::deque<Early> early;
+    std::size_t early_bytes = 0;
+    std::uint64_t early_serial = 0;
+};
+
+class TcpMethod final : public Method {
+public:
+    explicit TcpMethod(Core &core);
+    ~TcpMethod() override;
+    TcpMethod(const TcpMethod &) = delete;
+    TcpMethod &operator=(const TcpMethod &) = delete;
+    TcpMethod(TcpMethod &&) = delete;
+    TcpMethod &operator=(TcpMethod &&) = delete;
+
+    [[nodiscard]] std::string_view scheme() const override { return "tcp"; }
+    std::string listen(std::string_view hostport) override;
+    int add_peer(Addr addr, std::string_view hostport) override;
+    bool post(std::uint32_t i) override;
+    void cancel(std::uint32_t i, int error) override;
+    void progress(int timeout_ms) override;
+    void drop_peer(Addr addr, int error) override;
+    [[nodiscard]] std::uint64_t open_connections() const override;
+    [[nodiscard]] std::uint64_t engine() const override { return 1; }
+
+private:
+    Peer &peer_of(Addr addr);
+    Peer *peer_ptr(Addr addr);
+    Op &op(std::uint32_t i) { return core_.ops[i]; }
+
+    // connections
+    std::uint32_t new_conn(UniqueFd fd);
+    void tune_socket(int fd) const;
+    int connect_peer(Peer &p);
+    void close_conn(std::uint32_t c, int error, std::string_view why);
+    void update_events(std::uint32_t c);
+    void queue_hello(std::uint32_t c);
+    void on_connected(std::uint32_t c);
+    void accept_all();
+
+    // sending
+    bool start_send(std::uint32_t i, Peer &p);
+    void queue_frame(std::uint32_t c, const FrameHeader &h, std::uint32_t opi, std::size_t off,
+                     std::size_t len, bool front = false);
+    void queue_control(Peer &p, const FrameHeader &h);
+    bool flush(std::uint32_t c); // false when the connection died
+    void item_written(std::uint32_t c, TxItem &item);
+    void detach_tx(std::uint32_t i);
+
+    // receiving
+    void handle_readable(std::uint32_t c);
+    bool parse(std::uint32_t c); // false when the connection died or paused
+    enum class Verdict : std::uint8_t { accept, pause, close };
+    Verdict on_header(std::uint32_t c, const FrameHeader &h);
+    void payload_done(std::uint32_t c);
+    void copy_into_op(std::uint32_t i, std::size_t off, const std::byte *src, std::size_t n);
+    bool match_recv(Peer &p, Tag tag, std::uint32_t &out);
+    void resume_peer(Addr addr);
+
+    void finish(std::uint32_t i, int error, std::size_t actual);
+    void unlink(std::uint32_t i);
+    void fail_peer_ops(Peer &p, int error);
+
+    // posted receives: buckets by (peer, tag), FIFO within a bucket
+    static constexpr std::size_t bucket_count = 4096;
+    static std::size_t bucket_of(Addr a, Tag t)
+    {
+        const std::uint64_t k = (a * 0x9e3779b97f4a7c15ULL) ^ static_cast<std::uint32_t>(t);
+        return (k ^ (k >> 29U)) & (bucket_count - 1);
+    }
+
+    Core &core_;
+    UniqueFd epfd_;
+    std::vector<UniqueFd> listeners_;
+    std::string my_url_;
+    std::vector<std::unique_ptr<Conn>> conns_;
+    std::vector<std::uint32_t> free_conns_;
+    std::uint32_t conn_generation_ = 0;
+    std::vector<std::unique_ptr<Peer>> peers_; // by Addr - 1
+    std::vector<OpList> buckets_;
+    std::vector<std::uint32_t> to_parse_; // connections with staged bytes to retry
+    std::vector<std::uint32_t> dirty_;    // connections with frames queued meanwhile
+};
+
+constexpr std::uint64_t listener_bit = std::uint64_t{1} << 63U;
+
+std::uint64_t event_key(std::uint32_t c, std::uint32_t generation)
+{
+    return (static_cast<std::uint64_t>(generation) << 32U) | c;
+}
+
+TcpMethod::TcpMethod(Core &core)
+    : core_(core), epfd_(::epoll_create1(EPOLL_CLOEXEC)), buckets_(bucket_count, OpList{&Op::match})
+{
+    if (!epfd_.valid())
+        throw std::system_error(errno, std::generic_category(), "bmi tcp: epoll_create1");
+    core_.unexpected_pool->on_release = [this](Addr a) { resume_peer(a); };
+}
+
+TcpMethod::~TcpMethod()
+{
+    for (std::uint32_t c = 0; c < conns_.size(); ++c) {
+        if (!conns_[c]->closed)
+            close_conn(c, -ECANCELED, {});
+    }
+}
+
+Peer *TcpMethod::peer_ptr(Addr addr)
+{
+    if (addr == no_addr || addr > peers_.size() || !peers_[addr - 1])
+        return nullptr;
+    return peers_[addr - 1].get();
+}
+
+Peer &TcpMethod::peer_of(Addr addr)
+{
+    if (addr > peers_.size())
+        peers_.resize(addr);
+    auto &slot = peers_[addr - 1];
+    if (!slot) {
+        slot = std::make_unique<Peer>();
+        slot->addr = addr;
+    }
+    return *slot;
+}
+
+std::string TcpMethod::listen(std::string_view hostport)
+{
+    sockaddr_storage sa{};
+    socklen_t len = 0;
+    const std::string what = "bmi tcp: listen on '" + std::string(hostport) + "'";
+    if (const int rc = resolve(hostport, sa, len); rc != 0)
+        throw std::system_error(-rc, std::generic_category(), what + ": bad address");
+    UniqueFd fd(::socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.valid())
+        throw std::system_error(errno, std::generic_category(), what);
+    const int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr *>(&sa), len) != 0 ||
+        ::listen(fd.get(), 1024) != 0)
+        throw std::system_error(errno, std::generic_category(), what);
+    sockaddr_storage bound{};
+    socklen_t blen = sizeof bound;
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr *>(&bound), &blen);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = listener_bit | listeners_.size();
+    if (::epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0)
+        throw std::system_error(errno, std::generic_category(), what + ": epoll_ctl");
+    listeners_.push_back(std::move(fd));
+    std::string url = sockaddr_url(bound);
+    if (my_url_.empty())
+        my_url_ = url;
+    return url;
+}
+
+int TcpMethod::add_peer(Addr addr, std::string_view hostport)
+{
+    std::string host;
+    std::string port;
+    if (!split_hostport(hostport, host, port))
+        return -EINVAL;
+    Peer &p = peer_of(addr);
+    p.hostport = std::string(hostport);
+    return 0;
+}
+
+std::uint64_t TcpMethod::open_connections() const
+{
+    return static_cast<std::uint64_t>(
+        std::count_if(conns_.begin(), conns_.end(), [](const auto &c) { return !c->closed; }));
+}
+
+// ------------------------------------------------------------- connections
+
+void TcpMethod::tune_socket(int fd) const
+{
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    const int idle = std::max(1, static_cast<int>(core_.limits.keepalive.count() / 1000));
+    const int intvl = std::max(1, idle / 3);
+    const int cnt = 3;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    // Unacknowledged data older than the idle timeout kills the connection.
+    const auto user_timeout = static_cast<unsigned>(core_.limits.idle_timeout.count());
+    ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
+std::uint32_t TcpMethod::new_conn(UniqueFd fd)
+{
+    std::uint32_t c = 0;
+    if (!free_conns_.empty()) {
+        c = free_conns_.back();
+        free_conns_.pop_back();
+    } else {
+        c = static_cast<std::uint32_t>(conns_.size());
+        conns_.push_back(std::make_unique<Conn>());
+    }
+    Conn &k = *conns_[c];
+    k.fd = std::move(fd);
+    k.generation = ++conn_generation_;
+    k.peer = no_addr;
+    k.connecting = k.hello_received = k.paused = false;
+    k.closed = false;
+    k.events = 0;
+    k.tx.clear();
+    k.rb = k.re = 0;
+    k.sink = Sink::none;
+    k.sink_op = no_index;
+    k.payload_left = 0;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = event_key(c, k.generation);
+    ::epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, k.fd.get(), &ev);
+    k.events = EPOLLIN;
+    return c;
+}
+
+void TcpMethod::update_events(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    if (k.closed)
+        return;
+    std::uint32_t want = k.paused ? 0U : static_cast<std::uint32_t>(EPOLLIN);
+    if (k.connecting || !k.tx.empty())
+        want |= EPOLLOUT;
+    if (want == k.events)
+        return;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = event_key(c, k.generation);
+    ::epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, k.fd.get(), &ev);
+    k.events = want;
+}
+
+int TcpMethod::connect_peer(Peer &p)
+{
+    if (p.hostport.empty())
+        return -ECONNREFUSED; // a client without a listener cannot be called back
+    if (!p.resolved) {
+        if (const int rc = resolve(p.hostport, p.sa, p.salen); rc != 0)
+            return rc;
+        p.resolved = true;
+    }
+    UniqueFd fd(::socket(p.sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.valid())
+        return -errno;
+    tune_socket(fd.get());
+    const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr *>(&p.sa), p.salen);
+    if (rc != 0 && errno != EINPROGRESS)
+        return -errno;
+    const std::uint32_t c = new_conn(std::move(fd));
+    Conn &k = *conns_[c];
+    k.peer = p.addr;
+    k.connecting = rc != 0;
+    p.conns.push_back(c);
+    p.tx_conn = c;
+    if (!k.connecting)
+        on_connected(c);
+    update_events(c);
+    log_debug("connecting to " + p.hostport);
+    return 0;
+}
+
+void TcpMethod::queue_hello(std::uint32_t c)
+{
+    HelloBody body;
+    body.eager_limit = static_cast<std::uint32_t>(core_.limits.eager);
+    body.unexpected_limit = static_cast<std::uint32_t>(core_.limits.unexpected);
+    body.chunk = static_cast<std::uint32_t>(chunk_size);
+    body.url = my_url_;
+    TxItem item;
+    FrameHeader h;
+    h.type = FrameType::hello;
+    h.size = hello_size(body);
+    encode(h, item.hdr);
+    item.own.resize(h.size);
+    encode_hello(body, item.own);
+    item.len = h.size;
+    item.type = FrameType::hello;
+    conns_[c]->tx.push_front(std::move(item));
+}
+
+void TcpMethod::on_connected(std::uint32_t c)
+{
+    conns_[c]->connecting = false;
+    queue_hello(c);
+}
+
+void TcpMethod::accept_all()
+{
+    for (const UniqueFd &l : listeners_) {
+        for (;;) {
+            sockaddr_storage sa{};
+            socklen_t len = sizeof sa;
+            UniqueFd fd(::accept4(l.get(), reinterpret_cast<sockaddr *>(&sa), &len,
+                                  SOCK_NONBLOCK | SOCK_CLOEXEC));
+            if (!fd.valid()) {
+                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                    log_error(std::string("accept: ") + errno_text(errno));
+                break;
+            }
+            tune_socket(fd.get());
+            const std::uint32_t c = new_conn(std::move(fd));
+            queue_hello(c);
+            update_events(c);
+        }
+    }
+}
+
+void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
+{
+    Conn &k = *conns_[c];
+    if (k.closed)
+        return;
+    if (!why.empty()) {
+        const std::string who = k.peer != no_addr ? core_.url_of(k.peer) : "an unidentified peer";
+        if (error == -EPROTO)
+            log_error("closing connection to " + who + ": " + std::string(why));
+        else
+            log_debug("closing connection to " + who + ": " + std::string(why));
+    }
+    ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, k.fd.get(), nullptr);
+    k.fd.reset();
+    k.closed = true;
+    // Owned bytes die with the connection; ops referenced by items are failed below.
+    k.tx.clear();
+    k.sink = Sink::none;
+    k.sink_op = no_index;
+    k.sink_buf.clear();
+    free_conns_.push_back(c);
+    if (Peer *p = peer_ptr(k.peer)) {
+        std::erase(p->conns, c);
+        if (p->tx_conn == c)
+            p->tx_conn = no_index;
+        fail_peer_ops(*p, error);
+        // Early messages that had not fully arrived are gone with the sender.
+        for (auto it = p->early.begin(); it != p->early.end();) {
+            if (it->type == FrameType::rts || !it->complete) {
+                p->early_bytes -= std::min(p->early_bytes, it->data.size());
+                it = p->early.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+}
+
+void TcpMethod::drop_peer(Addr addr, int error)
+{
+    Peer *p = peer_ptr(addr);
+    if (p == nullptr)
+        return;
+    const std::vector<std::uint32_t> conns = p->conns;
+    for (const std::uint32_t c : conns)
+        close_conn(c, error, "dropped by request");
+    fail_peer_ops(*p, error);
+}
+
+// ----------------------------------------------------------------- op life
+
+void TcpMethod::unlink(std::uint32_t i)
+{
+    Op &o = op(i);
+    Peer *p = peer_ptr(o.peer);
+    switch (o.mstate) {
+    case st_recv_posted:
+        buckets_[bucket_of(o.peer, o.tag)].remove(core_.ops, i);
+        break;
+    case st_send_wait_conn:
+        if (p != nullptr)
+            p->waiting.remove(core_.ops, i);
+        break;
+    case st_recv_early_wait:
+        if (p != nullptr) {
+            for (Early &e : p->early) {
+                if (e.waiting_op == i)
+                    e.waiting_op = no_index;
+            }
+        }
+        break;
+    default:
+        break;
+    }
+    if (o.conn != no_index && o.conn < conns_.size()) {
+        Conn &k = *conns_[o.conn];
+        if (!k.closed && k.sink == Sink::op && k.sink_op == i) {
+            k.sink = Sink::discard; // drain the rest of the frame
+            k.sink_op = no_index;
+        }
+    }
+    if (p != nullptr && o.in_peer_list) {
+        p->ops.remove(core_.ops, i);
+        o.in_peer_list = false;
+    }
+    o.mstate = st_none;
+}
+
+void TcpMethod::finish(std::uint32_t i, int error, std::size_t actual)
+{
+    if (op(i).state != OpState::active)
+        return;
+    unlink(i);
+    core_.complete(i, error, actual);
+}
+
+void TcpMethod::fail_peer_ops(Peer &p, int error)
+{
+    while (!p.ops.empty()) {
+        const std::uint32_t i = p.ops.front();
+        detach_tx(i);
+        finish(i, error, op(i).done_bytes);
+    }
+}
+
+// Removes the op from every send queue.  A frame already partly on the wire
+// must be finished for the stream to stay framed: its remaining bytes are
+// copied so the caller may reuse the buffer at once.
+void TcpMethod::detach_tx(std::uint32_t i)
+{
+    const std::uint32_t c = op(i).conn;
+    if (c == no_index || c >= conns_.size() || conns_[c]->closed)
+        return;
+    auto &tx = conns_[c]->tx;
+    for (auto it = tx.begin(); it != tx.end();) {
+        if (it->op != i) {
+            ++it;
+            continue;
+        }
+        if (it->hdr_sent == 0) {
+            it = tx.erase(it);
+            continue;
+        }
+        std::vector<std::byte> rest(it->len - it->sent);
+        // Copy op bytes [off+sent, off+len) into rest.
+        std::size_t pos = 0;
+        std::size_t skip = it->off + it->sent;
+        for (const MutableBuffer &b : op(i).bufs) {
+            if (pos == rest.size())
+                break;
+            if (skip >= b.size) {
+                skip -= b.size;
+                continue;
+            }
+            const std::size_t n = std::min(b.size - skip, rest.size() - pos);
+            std::memcpy(rest.data() + pos, static_cast<const std::byte *>(b.data) + skip, n);
+            pos += n;
+            skip = 0;
+        }
+        it->own = std::move(rest);
+        it->off = 0;
+        it->len = it->own.size();
+        it->sent = 0;
+        it->op = no_index;
+        it->op_id = no_op;
+        ++it;
+    }
+}
+
+void TcpMethod::cancel(std::uint32_t i, int error)
+{
+    Op &o = op(i);
+    if (o.state != OpState::active)
+        return;
+    Peer *p = peer_ptr(o.peer);
+    switch (o.mstate) {
+    case st_recv_rndv:
+        if (p != nullptr) {
+            FrameHeader h;
+            h.type = FrameType::nack;
+            h.cookie = o.remote_cookie;
+            h.status = error == -ETIMEDOUT ? ETIMEDOUT : ECANCELED;
+            queue_control(*p, h);
+        }
+        break;
+    case st_send_rts:
+    case st_send_data: {
+        bool rts_unsent = false;
+        if (o.conn != no_index && !conns_[o.conn]->closed) {
+            for (const TxItem &it : conns_[o.conn]->tx) {
+                if (it.op == i && it.type == FrameType::rts && it.hdr_sent == 0)
+                    rts_unsent = true;
+            }
+        }
+        detach_tx(i);
+        if (!rts_unsent && p != nullptr) {
+            FrameHeader h;
+            h.type = FrameType::cancel;
+            h.cookie = o.id;
+            h.cookie2 = o.remote_cookie;
+            queue_control(*p, h);
+        }
+        break;
+    }
+    case st_send_queued:
+        detach_tx(i);
+        break;
+    default:
+        break;
+    }
+    finish(i, error, o.done_bytes);
+}
+
+// ------------------------------------------------------------------- posts
+
+bool TcpMethod::post(std::uint32_t i)
+{
+    Op &o = op(i);
+    Peer &p = peer_of(o.peer);
+    p.ops.push_back(core_.ops, i);
+    o.in_peer_list = true;
+    o.mstate = st_none;
+
+    if (o.kind == OpKind::recv) {
+        // An early message for this (peer, tag)?  The oldest one wins.
+        for (auto it = p.early.begin(); it != p.early.end(); ++it) {
+            if (it->tag != o.tag || it->waiting_op != no_index)
+                continue;
+            if (it->type == FrameType::rts) {
+                const Early e = std::move(*it);
+                p.early.erase(it);
+                o.mstate = st_recv_rndv;
+                if (e.size > o.total) {
+                    FrameHeader h;
+                    h.type = FrameType::nack;
+                    h.cookie = e.cookie;
+                    h.status = EMSGSIZE;
+                    queue_control(p, h);
+                    finish(i, -EMSGSIZE, 0);
+                    return false;
+                }
+                o.remote_cookie = e.cookie;
+                o.actual = e.size;
+                o.total = e.size; // the message length bounds what arrives
+                FrameHeader h;
+                h.type = FrameType::cts;
+                h.cookie = e.cookie;
+                h.cookie2 = o.id;
+                queue_control(p, h);
+                return false;
+            }
+            if (!it->complete) {
+                it->waiting_op = i;
+                o.mstate = st_recv_early_wait;
+                return false;
+            }
+            // Complete early eager message: immediate completion.
+            const std::size_t n = std::min(it->size, o.total);
+            const int err = it->size > o.total ? -EMSGSIZE : 0;
+            copy_into_op(i, 0, it->data.data(), n);
+            p.early_bytes -= std::min(p.early_bytes, it->data.size());
+            p.early.erase(it);
+            resume_peer(p.addr);
+            p.ops.remove(core_.ops, i);
+            o.in_peer_list = false;
+            o.error = err;
+            o.actual = n;
+            return true;
+        }
+        buckets_[bucket_of(o.peer, o.tag)].push_back(core_.ops, i);
+        o.mstate = st_recv_posted;
+        return false;
+    }
+
+    // Sends need a connection whose hello has arrived (the peer's limits).
+    if (p.tx_conn == no_index) {
+        if (const int rc = connect_peer(p); rc != 0) {
+            p.ops.remove(core_.ops, i);
+            o.in_peer_list = false;
+            o.error = rc;
+            return true;
+        }
+    }
+    const Conn &k = *conns_[p.tx_conn];
+    if (k.connecting || !k.hello_received || !p.remote_known) {
+        p.waiting.push_back(core_.ops, i);
+        o.mstate = st_send_wait_conn;
+        return false;
+    }
+    return start_send(i, p);
+}
+
+// Queues the first frame of a send; true if it completed at once.
+bool TcpMethod::start_send(std::uint32_t i, Peer &p)
+{
+    Op &o = op(i);
+    const std::uint32_t c = p.tx_conn;
+    o.conn = c;
+    FrameHeader h;
+    h.tag = o.tag;
+    if (o.kind == OpKind::send_unexpected) {
+        if (o.total > p.remote.unexpected_limit) {
+            finish(i, -EMSGSIZE, 0);
+            return false;
+        }
+        h.type = FrameType::unexpected;
+        h.size = o.total;
+        o.mstate = st_send_queued;
+    } else if (o.total <= p.remote.eager_limit) {
+        h.type = FrameType::eager;
+        h.size = o.total;
+        o.mstate = st_send_queued;
+    } else {
+        h.type = FrameType::rts;
+        h.size = o.total;
+        h.cookie = o.id;
+        o.mstate = st_send_rts;
+        queue_frame(c, h, i, 0, 0);
+        flush(c);
+        return false;
+    }
+    const bool idle = conns_[c]->tx.empty();
+    queue_frame(c, h, i, 0, o.total);
+    if (idle) {
+        // Immediate completion: the socket may take it all right now.
+        flush(c);
+        return op(i).state == OpState::done;
+    }
+    return false;
+}
+
+void TcpMethod::queue_frame(std::uint32_t c, const FrameHeader &h, std::uint32_t opi,
+                            std::size_t off, std::size_t len, bool front)
+{
+    TxItem item;
+    encode(h, item.hdr);
+    item.op = opi;
+    item.op_id = opi == no_index ? no_op : op(opi).id;
+    item.off = off;
+    item.len = len;
+    item.type = h.type;
+    Conn &k = *conns_[c];
+    if (k.tx.empty())
+        dirty_.push_back(c);
+    if (front)
+        k.tx.push_front(std::move(item));
+    else
+        k.tx.push_back(std::move(item));
+    update_events(c);
+}
+
+void TcpMethod::queue_control(Peer &p, const FrameHeader &h)
+{
+    if (p.tx_conn == no_index) {
+        if (connect_peer(p) != 0)
+            return; // nobody to tell; the peer's own deadline ends its op
+    }
+    queue_frame(p.tx_conn, h, no_index, 0, 0);
+}
+
+// Writes as much queued data as the socket takes.
+bool TcpMethod::flush(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    if (k.closed || k.connecting)
+        return !k.closed;
+    std::array<iovec, max_iov> iov{};
+    while (!k.tx.empty()) {
+        std::size_t n = 0;
+        for (const TxItem &it : k.tx) {
+            if (n + 2 > max_iov)
+                break;
+            if (it.hdr_sent < frame_header_size) {
+                // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast)
+                iov[n++] = iovec{const_cast<std::byte *>(it.hdr.data() + it.hdr_sent),
+                                 frame_header_size - it.hdr_sent};
+            }
+            std::size_t skip = it.off + it.sent;
+            std::size_t left = it.len - it.sent;
+            if (left == 0)
+                continue;
+            if (it.op == no_index) {
+                iov[n++] = iovec{const_cast<std::byte *>(it.own.data() + it.sent), left}; // NOLINT
+                continue;
+            }
+            for (const MutableBuffer &b : op(it.op).bufs) {
+                if (left == 0 || n == max_iov)
+                    break;
+                if (skip >= b.size) {
+                    skip -= b.size;
+                    continue;
+                }
+                const std::size_t take = std::min(b.size - skip, left);
+                iov[n++] = iovec{static_cast<std::byte *>(b.data) + skip, take};
+                left -= take;
+                skip = 0;
+            }
+            if (left != 0)
+                break; // out of iovecs inside this item
+        }
+        msghdr msg{};
+        msg.msg_iov = iov.data();
+        msg.msg_iovlen = n;
+        const ssize_t w = ::sendmsg(k.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                break;
+            close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
+            return false;
+        }
+        auto written = static_cast<std::size_t>(w);
+        while (written > 0 || (!k.tx.empty() && k.tx.front().hdr_sent == frame_header_size &&
+                               k.tx.front().sent == k.tx.front().len)) {
+            TxItem &it = k.tx.front();
+            const std::size_t h = std::min(written, frame_header_size - it.hdr_sent);
+            it.hdr_sent += h;
+            written -= h;
+            const std::size_t d = std::min(written, it.len - it.sent);
+            it.sent += d;
+            written -= d;
+            if (it.hdr_sent == frame_header_size && it.sent == it.len) {
+                TxItem done = std::move(it);
+                k.tx.pop_front();
+                item_written(c, done);
+                if (k.closed)
+                    return false;
+            } else {
+                if (it.op != no_index && d > 0)
+                    core_.touch(it.op);
+                break;
+            }
+        }
+    }
+    update_events(c);
+    return true;
+}
+
+void TcpMethod::item_written(std::uint32_t c, TxItem &item)
+{
+    if (item.op == no_index)
+        return;
+    const std::uint32_t i = item.op;
+    Op &o = op(i);
+    if (o.state != OpState::active || o.id != item.op_id)
+        return;
+    core_.touch(i);
+    switch (item.type) {
+    case FrameType::eager:
+    case FrameType::unexpected:
+        o.done_bytes = o.total;
+        finish(i, 0, o.total);
+        break;
+    case FrameType::data: {
+        o.done_bytes += item.len;
+        if (o.done_bytes >= o.total) {
+            finish(i, 0, o.total);
+            break;
+        }
+        FrameHeader h;
+        h.type = FrameType::data;
+        h.tag = o.tag;
+        h.cookie = o.id;
+        h.cookie2 = o.remote_cookie;
+        h.size = std::min(chunk_size, o.total - o.done_bytes);
+        queue_frame(c, h, i, o.done_bytes, h.size);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+// ---------------------------------------------------------------- receives
+
+bool TcpMethod::match_recv(Peer &p, Tag tag, std::uint32_t &out)
+{
+    OpList &bucket = buckets_[bucket_of(p.addr, tag)];
+    for (std::uint32_t i = bucket.front(); i != no_index; i = bucket.next(core_.ops, i)) {
+        if (op(i).peer == p.addr && op(i).tag == tag) {
+            bucket.remove(core_.ops, i);
+            op(i).mstate = st_none;
+            out = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+void TcpMethod::copy_into_op(std::uint32_t i, std::size_t off, const std::byte *src, std::size_t n)
+{
+    for (const MutableBuffer &b : op(i).bufs) {
+        if (n == 0)
+            break;
+        if (off >= b.size) {
+            off -= b.size;
+            continue;
+        }
+        const std::size_t take = std::min(b.size - off, n);
+        std::memcpy(static_cast<std::byte *>(b.data) + off, src, take);
+        src += take;
+        n -= take;
+        off = 0;
+    }
+}
+
+void TcpMethod::resume_peer(Addr addr)
+{
+    Peer *p = peer_ptr(addr);
+    if (p == nullptr)
+        return;
+    for (const std::uint32_t c : p->conns) {
+        Conn &k = *conns_[c];
+        if (k.paused) {
+            k.paused = false;
+            update_events(c);
+            to_parse_.push_back(c);
+        }
+    }
+}
+
+TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
+{
+    Conn &k = *conns_[c];
+    if (!k.hello_received && h.type != FrameType::hello)
+        return Verdict::close;
+    if (k.hello_received && h.type == FrameType::hello)
+        return Verdict::close;
+    k.h = h;
+    k.payload_left = 0;
+    k.sink = Sink::none;
+    Peer *p = peer_ptr(k.peer);
+
+    switch (h.type) {
+    case FrameType::hello:
+        k.sink = Sink::hello;
+        k.sink_buf.resize(h.size);
+        k.sink_off = 0;
+        k.payload_left = h.size;
+        return Verdict::accept;
+    case FrameType::eager: {
+        std::uint32_t i = no_index;
+        if (match_recv(*p, h.tag, i)) {
+            Op &o = op(i);
+            o.conn = c;
+            o.mstate = st_recv_eager;
+            core_.touch(i);
+            if (h.size > o.total) {
+                k.sink = Sink::discard;
+                finish(i, -EMSGSIZE, 0);
+            } else {
+                k.sink = Sink::op;
+                k.sink_op = i;
+                k.sink_op_id = o.id;
+                k.sink_off = 0;
+                o.actual = h.size;
+            }
+        } else {
+            if (p->early_bytes + h.size > early_peer_bytes && p->early_bytes > 0)
+                return Verdict::pause;
+            Early e;
+            e.serial = ++p->early_serial;
+            e.tag = h.tag;
+            e.type = FrameType::eager;
+            e.size = h.size;
+            e.data.resize(h.size);
+            p->early_bytes += h.size;
+            p->early.push_back(std::move(e));
+            k.sink = Sink::early;
+            k.early_serial = p->early.back().serial;
+            k.sink_off = 0;
+        }
+        k.payload_left = h.size;
+        return Verdict::accept;
+    }
+    case FrameType::unexpected: {
+        if (core_.unexpected_pool->outstanding(p->addr) + h.size >
+                core_.limits.unexpected_peer_bytes &&
+            core_.unexpected_pool->outstanding(p->addr) > 0)
+            return Verdict::pause;
+        k.sink = Sink::unexpected;
+        k.sink_buf = core_.unexpected_pool->take(h.size);
+        k.sink_off = 0;
+        k.payload_left = h.size;
+        return Verdict::accept;
+    }
+    case FrameType::rts: {
+        std::uint32_t i = no_index;
+        if (match_recv(*p, h.tag, i)) {
+            Op &o = op(i);
+            o.conn = c;
+            o.mstate = st_recv_rndv;
+            core_.touch(i);
+            if (h.size > o.total) {
+                FrameHeader n;
+                n.type = FrameType::nack;
+                n.cookie = h.cookie;
+                n.status = EMSGSIZE;
+                queue_control(*p, n);
+                finish(i, -EMSGSIZE, 0);
+            } else {
+                o.remote_cookie = h.cookie;
+                o.actual = h.size;
+                o.total = h.size;
+                FrameHeader n;
+                n.type = FrameType::cts;
+                n.cookie = h.cookie;
+                n.cookie2 = o.id;
+                queue_control(*p, n);
+            }
+        } else {
+            Early e;
+            e.serial = ++p->early_serial;
+            e.tag = h.tag;
+            e.type = FrameType::rts;
+            e.size = h.size;
+            e.cookie = h.cookie;
+            p->early.push_back(std::move(e));
+        }
+        return Verdict::accept;
+    }
+    case FrameType::cts: {
+        Op *o = core_.find(h.cookie);
+        if (o == nullptr || o->state != OpState::active || o->peer != p->addr ||
+            o->mstate != st_send_rts)
+            return Verdict::accept; // a cancelled send: the receiver hears of it
+        const std::uint32_t i = core_.index_of(h.cookie);
+        o->remote_cookie = h.cookie2;
+        o->mstate = st_send_data;
+        core_.touch(i);
+        FrameHeader d;
+        d.type = FrameType::data;
+        d.tag = o->tag;
+        d.cookie = o->id;
+        d.cookie2 = h.cookie2;
+        d.size = std::min(chunk_size, o->total);
+        if (o->total == 0) {
+            finish(i, 0, 0);
+            return Verdict::accept;
+        }
+        queue_frame(o->conn, d, i, 0, d.size);
+        return Verdict::accept;
+    }
+    case FrameType::data: {
+        Op *o = core_.find(h.cookie2);
+        k.payload_left = h.size;
+        if (o == nullptr || o->state != OpState::active || o->peer != p->addr ||
+            o->kind != OpKind::recv || o->mstate != st_recv_rndv || o->remote_cookie != h.cookie) {
+            k.sink = Sink::discard; // cancelled meanwhile
+            return Verdict::accept;
+        }
+        if (o->done_bytes + h.size > o->total)
+            return Verdict::close;
+        const std::uint32_t i = core_.index_of(h.cookie2);
+        o->conn = c;
+        k.sink = Sink::op;
+        k.sink_op = i;
+        k.sink_op_id = o->id;
+        k.sink_off = o->done_bytes;
+        return Verdict::accept;
+    }
+    case FrameType::nack: {
+        Op *o = core_.find(h.cookie);
+        if (o != nullptr && o->state == OpState::active && o->peer == p->addr &&
+            (o->mstate == st_send_rts || o->mstate == st_send_data)) {
+            const std::uint32_t i = core_.index_of(h.cookie);
+            detach_tx(i);
+            finish(i, -h.status, o->done_bytes);
+        }
+        return Verdict::accept;
+    }
+    case FrameType::cancel: {
+        if (h.cookie2 != 0) {
+            Op *o = core_.find(h.cookie2);
+            if (o != nullptr && o->state == OpState::active && o->peer == p->addr &&
+                o->kind == OpKind::recv && o->remote_cookie == h.cookie) {
+                finish(core_.index_of(h.cookie2), -ECANCELED, o->done_bytes);
+            }
+            return Verdict::accept;
+        }
+        for (auto it = p->early.begin(); it != p->early.end(); ++it) {
+            if (it->type == FrameType::rts && it->cookie == h.cookie) {
+                p->early.erase(it);
+                return Verdict::accept;
+            }
+        }
+        // Already matched: the receive waits for data that will not come.
+        for (std::uint32_t i = p->ops.front(); i != no_index; i = p->ops.next(core_.ops, i)) {
+            if (op(i).kind == OpKind::recv && op(i).mstate == st_recv_rndv &&
+                op(i).remote_cookie == h.cookie) {
+                finish(i, -ECANCELED, op(i).done_bytes);
+                break;
+            }
+        }
+        return Verdict::accept;
+    }
+    }
+    return Verdict::close;
+}
+
+void TcpMethod::payload_done(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    Peer *p = peer_ptr(k.peer);
+    const Sink sink = k.sink;
+    k.sink = Sink::none;
+    switch (sink) {
+    case Sink::hello: {
+        HelloBody body;
+        if (const char *err = decode_hello(k.sink_buf, body)) {
+            close_conn(c, -EPROTO, err);
+            return;
+        }
+        k.hello_received = true;
+        if (k.peer == no_addr) {
+            // An incoming connection: the peer names where it listens.
+            std::string url = body.url;
+            if (url.empty()) {
+                sockaddr_storage sa{};
+                socklen_t len = sizeof sa;
+                ::getpeername(k.fd.get(), reinterpret_cast<sockaddr *>(&sa), &len);
+                url = sockaddr_url(sa);
+            } else if (url.rfind("tcp://", 0) != 0) {
+                close_conn(c, -EPROTO, "hello with a non-tcp url");
+                return;
+            }
+            const Addr a = core_.peer_for_url(*this, url);
+            Peer &np = peer_of(a);
+            if (np.hostport.empty() && !body.url.empty())
+                np.hostport = url.substr(6);
+            k.peer = a;
+            np.conns.push_back(c);
+            if (np.tx_conn == no_index)
+                np.tx_conn = c;
+            p = &np;
+        }
+        p->remote = body;
+        p->remote_known = true;
+        // Sends that waited for this connection go now, in order.
+        if (p->tx_conn == c) {
+            while (!p->waiting.empty()) {
+                const std::uint32_t i = p->waiting.front();
+                p->waiting.remove(core_.ops, i);
+                op(i).mstate = st_none;
+                start_send(i, *p);
+                if (k.closed)
+                    return;
+            }
+        }
+        return;
+    }
+    case Sink::op: {
+        const std::uint32_t i = k.sink_op;
+        k.sink_op = no_index;
+        Op &o = op(i);
+        if (o.state != OpState::active || o.id != k.sink_op_id)
+            return;
+        core_.touch(i);
+        if (o.mstate == st_recv_eager) {
+            finish(i, 0, o.actual);
+        } else if (o.mstate == st_recv_rndv) {
+            o.done_bytes += k.h.size;
+            if (o.done_bytes >= o.total)
+                finish(i, 0, o.total);
+        }
+        return;
+    }
+    case Sink::early: {
+        for (auto it = p->early.begin(); it != p->early.end(); ++it) {
+            if (it->serial != k.early_serial)
+                continue;
+            it->complete = true;
+            if (it->waiting_op != no_index) {
+                const std::uint32_t i = it->waiting_op;
+                Op &o = op(i);
+                const std::size_t n = std::min(it->size, o.total);
+                copy_into_op(i, 0, it->data.data(), n);
+                const int err = it->size > o.total ? -EMSGSIZE : 0;
+                p->early_bytes -= std::min(p->early_bytes, it->data.size());
+                p->early.erase(it);
+                finish(i, err, n);
+                resume_peer(p->addr);
+            }
+            return;
+        }
+        return;
+    }
+    case Sink::unexpected:
+        core_.deliver_unexpected(
+            core_.unexpected_pool->make(p->addr, k.h.tag, std::move(k.sink_buf), k.h.size));
+        k.sink_buf = {};
+        return;
+    case Sink::discard:
+    case Sink::none:
+        return;
+    }
+}
+
+// Consumes staged bytes: headers and payloads.  Returns false when the
+// connection closed or paused.
+bool TcpMethod::parse(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    FrameLimits limits{core_.limits.eager, core_.limits.unexpected, chunk_size};
+    while (!k.closed) {
+        if (k.payload_left > 0 || k.sink != Sink::none) {
+            const std::size_t avail = k.re - k.rb;
+            const std::size_t n = std::min(avail, k.payload_left);
+            if (n > 0) {
+                const std::byte *src = k.stage.data() + k.rb;
+                switch (k.sink) {
+                case Sink::op:
+                    copy_into_op(k.sink_op, k.sink_off, src, n);
+                    break;
+                case Sink::hello:
+                case Sink::unexpected:
+                    std::memcpy(k.sink_buf.data() + k.sink_off, src, n);
+                    break;
+                case Sink::early: {
+                    Peer *p = peer_ptr(k.peer);
+                    for (Early &e : p->early) {
+                        if (e.serial == k.early_serial) {
+                            std::memcpy(e.data.data() + k.sink_off, src, n);
+                            break;
+                        }
+                    }
+                    break;
+                }
+                default:
+                    break;
+                }
+                k.sink_off += n;
+                k.rb += n;
+                k.payload_left -= n;
+            }
+            if (k.payload_left > 0)
+                return true; // need more bytes
+            payload_done(c);
+            continue;
+        }
+        if (k.re - k.rb < frame_header_size)
+            return true;
+        FrameHeader h;
+        const std::span<const std::byte, frame_header_size> hb(k.stage.data() + k.rb,
+                                                               frame_header_size);
+        if (const char *err = decode(hb, limits, h)) {
+            close_conn(c, -EPROTO, err);
+            return false;
+        }
+        if (k.peer == no_addr && h.type != FrameType::hello) {
+            close_conn(c, -EPROTO, "first frame is not a hello");
+            return false;
+        }
+        const Verdict v = on_header(c, h);
+        if (v == Verdict::close) {
+            close_conn(c, -EPROTO, "frame out of sequence");
+            return false;
+        }
+        if (v == Verdict::pause) {
+            k.paused = true;
+            update_events(c);
+            return false;
+        }
+        k.rb += frame_header_size;
+        if (k.payload_left == 0 && k.sink != Sink::none)
+            payload_done(c);
+    }
+    return false;
+}
+
+void TcpMethod::handle_readable(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    // A bounded number of reads per wakeup keeps one busy peer from
+    // starving the others.
+    for (int round = 0; round < 16 && !k.closed && !k.paused; ++round) {
+        // Large payloads go straight into the receive buffer.
+        if (k.sink == Sink::op && k.rb == k.re && k.payload_left >= direct_read_min) {
+            std::array<iovec, max_iov> iov{};
+            std::size_t n = 0;
+            std::size_t skip = k.sink_off;
+            std::size_t left = k.payload_left;
+            for (const MutableBuffer &b : op(k.sink_op).bufs) {
+                if (left == 0 || n == max_iov)
+                    break;
+                if (skip >= b.size) {
+                    skip -= b.size;
+                    continue;
+                }
+                const std::size_t take = std::min(b.size - skip, left);
+                iov[n++] = iovec{static_cast<std::byte *>(b.data) + skip, take};
+                left -= take;
+                skip = 0;
+            }
+            const ssize_t r = ::readv(k.fd.get(), iov.data(), static_cast<int>(n));
+            if (r == 0) {
+                close_conn(c, -ECONNRESET, "peer closed the connection");
+                return;
+            }
+            if (r < 0) {
+                if (errno == EAGAIN || errno == EINTR)
+                    return;
+                close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
+                return;
+            }
+            const auto got = static_cast<std::size_t>(r);
+            k.sink_off += got;
+            k.payload_left -= got;
+            core_.touch(k.sink_op);
+            if (k.payload_left == 0) {
+                payload_done(c);
+                if (!parse(c))
+                    return;
+            }
+            continue;
+        }
+        if (k.rb == k.re) {
+            k.rb = k.re = 0;
+        } else if (k.rb > 0 && k.stage.size() - k.re < frame_header_size) {
+            std::memmove(k.stage.data(), k.stage.data() + k.rb, k.re - k.rb);
+            k.re -= k.rb;
+            k.rb = 0;
+        }
+        const ssize_t r = ::recv(k.fd.get(), k.stage.data() + k.re, k.stage.size() - k.re, 0);
+        if (r == 0) {
+            close_conn(c, -ECONNRESET, "peer closed the connection");
+            return;
+        }
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                return;
+            close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
+            return;
+        }
+        k.re += static_cast<std::size_t>(r);
+        if (!parse(c))
+            return;
+        if (static_cast<std::size_t>(r) < stage_size / 2 && k.sink != Sink::op)
+            return; // drained the socket, most likely
+    }
+}
+
+void TcpMethod::progress(int timeout_ms)
+{
+    // Connections whose budget freed up retry their staged bytes first.
+    if (!to_parse_.empty()) {
+        std::vector<std::uint32_t> retry;
+        retry.swap(to_parse_);
+        for (const std::uint32_t c : retry) {
+            if (!conns_[c]->closed && !conns_[c]->paused && parse(c))
+                handle_readable(c);
+        }
+        timeout_ms = 0;
+    }
+    std::array<epoll_event, max_events> events{};
+    const int n = ::epoll_wait(epfd_.get(), events.data(), max_events, timeout_ms);
+    for (int e = 0; e < n; ++e) {
+        const std::uint64_t key = events[static_cast<std::size_t>(e)].data.u64;
+        const std::uint32_t what = events[static_cast<std::size_t>(e)].events;
+        if ((key & listener_bit) != 0) {
+            accept_all();
+            continue;
+        }
+        const auto c = static_cast<std::uint32_t>(key & 0xffffffffU);
+        const auto gen = static_cast<std::uint32_t>(key >> 32U);
+        if (c >= conns_.size() || conns_[c]->closed || conns_[c]->generation != gen)
+            continue;
+        Conn &k = *conns_[c];
+        if (k.connecting && (what & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) {
+            int err = 0;
+            socklen_t len = sizeof err;
+            ::getsockopt(k.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+            if (err != 0) {
+                close_conn(c, -err, errno_text(err));
+                continue;
+            }
+            on_connected(c);
+        }
+        if ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0 && !k.paused)
+            handle_readable(c);
+        if (!k.closed && (what & EPOLLOUT) != 0)
+            flush(c);
+    }
+    // Frames queued while handling input (CTS, data chunks, ...) go out now
+    // rather than after another trip through epoll_wait.
+    while (!dirty_.empty()) {
+        std::vector<std::uint32_t> dirty;
+        dirty.swap(dirty_);
+        for (const std::uint32_t c : dirty) {
+            if (!conns_[c]->closed && !conns_[c]->tx.empty())
+                flush(c);
+        }
+    }
+}
+
+} // namespace
+
+std::unique_ptr<Method> make_method(Core &core)
+{
+    return std::make_unique<TcpMethod>(core);
+}
+
+} // namespace bmi::tcp

@@ -1,0 +1,558 @@
+// BMI over the TCP method on loopback: semantics, immediate completion,
+// rendezvous, list I/O, cancellation and failure handling.  Client and server
+// are two Bmi objects in one thread; `pump` drives the other side while one
+// side waits.
+#include <atf-c++.hpp>
+
+#include "bmi/bmi.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// Progress only: testunexpected with max 0 moves bytes and returns.
+void poke(bmi::Bmi &b)
+{
+    std::vector<bmi::UnexpectedMessage> none;
+    b.testunexpected(none, 0, 0);
+}
+
+// Waits for op on `owner`, driving `other` meanwhile; fails after 20 s.
+bmi::Completion wait_op(bmi::Bmi &owner, bmi::OpId op, bmi::Bmi &other)
+{
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    bmi::Completion c;
+    while (!owner.test(op, c, 1)) {
+        poke(other);
+        if (std::chrono::steady_clock::now() > deadline)
+            ATF_FAIL("op did not complete within 20 s");
+    }
+    return c;
+}
+
+// Result of a post that may complete now or later.
+bmi::Completion finish(bmi::Bmi &owner, const bmi::Post &p, bmi::Bmi &other)
+{
+    ATF_REQUIRE_EQ(p.error, 0);
+    if (p.completed)
+        return bmi::Completion{bmi::no_op, 0, p.actual_size, nullptr, bmi::no_addr, 0};
+    return wait_op(owner, p.op, other);
+}
+
+bmi::UnexpectedMessage wait_unexpected(bmi::Bmi &server, bmi::Bmi &client)
+{
+    std::vector<bmi::UnexpectedMessage> got;
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (server.testunexpected(got, 1, 1) == 0) {
+        poke(client);
+        if (std::chrono::steady_clock::now() > deadline)
+            ATF_FAIL("no unexpected message within 20 s");
+    }
+    return std::move(got.front());
+}
+
+struct Pair {
+    bmi::Bmi server{bmi::Options{bmi::Role::server, {"tcp://127.0.0.1:0"}}};
+    bmi::Bmi client{bmi::Options{}};
+    bmi::ContextId sctx = server.open_context();
+    bmi::ContextId cctx = client.open_context();
+    bmi::Addr to_server = client.addr_lookup(server.listen_addresses().at(0));
+    bmi::Addr to_client = bmi::no_addr;
+
+    // Introduces the client: one unexpected message gives the server its Addr.
+    void hello()
+    {
+        const char msg[] = "hi";
+        finish(client, client.post_sendunexpected(to_server, msg, sizeof msg, 1, nullptr, cctx),
+               server);
+        const bmi::UnexpectedMessage u = wait_unexpected(server, client);
+        to_client = u.peer();
+        ATF_REQUIRE(to_client != bmi::no_addr);
+    }
+};
+
+std::vector<unsigned char> pattern(std::size_t n, unsigned seed)
+{
+    std::vector<unsigned char> v(n);
+    for (std::size_t i = 0; i < n; ++i)
+        v[i] = static_cast<unsigned char>((i * 131U + seed) & 0xffU);
+    return v;
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(unexpected_flow);
+ATF_TEST_CASE_BODY(unexpected_flow)
+{
+    Pair p;
+    const std::string req = "request-42";
+    finish(p.client,
+           p.client.post_sendunexpected(p.to_server, req.data(), req.size(), 42, nullptr, p.cctx),
+           p.server);
+    const bmi::UnexpectedMessage u = wait_unexpected(p.server, p.client);
+    ATF_REQUIRE_EQ(u.tag(), 42);
+    ATF_REQUIRE_EQ(std::string(reinterpret_cast<const char *>(u.data().data()), u.data().size()),
+                   req);
+    ATF_REQUIRE(!p.server.rev_lookup(u.peer()).empty());
+    // The server answers on the same connection.
+    std::vector<char> reply(100);
+    const bmi::Post r =
+        p.client.post_recv(p.to_server, reply.data(), reply.size(), 42, nullptr, p.cctx);
+    ATF_REQUIRE_EQ(r.error, 0);
+    const std::string ans = "answer";
+    finish(p.server, p.server.post_send(u.peer(), ans.data(), ans.size(), 42, nullptr, p.sctx),
+           p.client);
+    const bmi::Completion c = finish(p.client, r, p.server);
+    ATF_REQUIRE_EQ(c.error, 0);
+    ATF_REQUIRE_EQ(c.actual_size, ans.size());
+    ATF_REQUIRE_EQ(std::string(reply.data(), c.actual_size), ans);
+    ATF_REQUIRE_EQ(p.client.get_info(bmi::Info::open_connections), 1U);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(unexpected_too_large);
+ATF_TEST_CASE_BODY(unexpected_too_large)
+{
+    Pair p;
+    std::vector<char> big(p.client.get_info(bmi::Info::unexpected_limit) + 1);
+    const bmi::Post r =
+        p.client.post_sendunexpected(p.to_server, big.data(), big.size(), 1, nullptr, p.cctx);
+    ATF_REQUIRE_EQ(r.error, -EMSGSIZE);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(ordering_and_tags);
+ATF_TEST_CASE_BODY(ordering_and_tags)
+{
+    Pair p;
+    p.hello();
+    constexpr int per_tag = 200;
+    // Interleaved sends on tags 7 and 9, receives posted tag by tag: each
+    // tag's messages arrive in the order sent.
+    std::vector<bmi::OpId> sends;
+    std::vector<int> values(std::size_t{2} * per_tag);
+    for (int i = 0; i < per_tag; ++i) {
+        for (int t = 0; t < 2; ++t) {
+            int &v = values[(std::size_t{2} * static_cast<std::size_t>(i)) +
+                            static_cast<std::size_t>(t)];
+            v = i * 10 + t;
+            const bmi::Post s =
+                p.client.post_send(p.to_server, &v, sizeof v, t == 0 ? 7 : 9, nullptr, p.cctx);
+            ATF_REQUIRE_EQ(s.error, 0);
+            if (!s.completed)
+                sends.push_back(s.op);
+        }
+    }
+    for (const int tag : {9, 7}) {
+        for (int i = 0; i < per_tag; ++i) {
+            int got = -1;
+            const bmi::Completion c = finish(
+                p.server, p.server.post_recv(p.to_client, &got, sizeof got, tag, nullptr, p.sctx),
+                p.client);
+            ATF_REQUIRE_EQ(c.error, 0);
+            ATF_REQUIRE_EQ(got, i * 10 + (tag == 7 ? 0 : 1));
+        }
+    }
+    for (const bmi::OpId op : sends)
+        ATF_REQUIRE_EQ(wait_op(p.client, op, p.server).error, 0);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(immediate_completion);
+ATF_TEST_CASE_BODY(immediate_completion)
+{
+    Pair p;
+    p.hello();
+    // The connection is up: a small send is taken by the socket at once.
+    const int v = 5;
+    const bmi::Post s = p.client.post_send(p.to_server, &v, sizeof v, 3, nullptr, p.cctx);
+    ATF_REQUIRE_EQ(s.error, 0);
+    ATF_REQUIRE(s.completed);
+    // Once it has arrived, a receive for it completes at once too.
+    for (int i = 0; i < 50; ++i)
+        poke(p.server);
+    int got = 0;
+    const bmi::Post r = p.server.post_recv(p.to_client, &got, sizeof got, 3, nullptr, p.sctx);
+    ATF_REQUIRE_EQ(r.error, 0);
+    ATF_REQUIRE(r.completed);
+    ATF_REQUIRE_EQ(r.actual_size, sizeof got);
+    ATF_REQUIRE_EQ(got, 5);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(short_and_oversize);
+ATF_TEST_CASE_BODY(short_and_oversize)
+{
+    Pair p;
+    p.hello();
+    // Short: a 10-byte message into a 1000-byte receive.
+    std::vector<char> buf(1000);
+    const bmi::Post r = p.server.post_recv(p.to_client, buf.data(), buf.size(), 1, nullptr, p.sctx);
+    finish(p.client, p.client.post_send(p.to_server, "0123456789", 10, 1, nullptr, p.cctx),
+           p.server);
+    ATF_REQUIRE_EQ(finish(p.server, r, p.client).actual_size, 10U);
+
+    // Oversize eager: the receive fails, the connection stays usable.
+    std::array<char, 4> small{};
+    const bmi::Post r2 =
+        p.server.post_recv(p.to_client, small.data(), small.size(), 2, nullptr, p.sctx);
+    finish(p.client, p.client.post_send(p.to_server, buf.data(), 100, 2, nullptr, p.cctx),
+           p.server);
+    ATF_REQUIRE_EQ(wait_op(p.server, r2.op, p.client).error, -EMSGSIZE);
+
+    // Oversize rendezvous: both sides fail.
+    const std::vector<unsigned char> big = pattern(1 << 20, 1);
+    const bmi::Post r3 =
+        p.server.post_recv(p.to_client, buf.data(), buf.size(), 3, nullptr, p.sctx);
+    const bmi::Post s3 =
+        p.client.post_send(p.to_server, big.data(), big.size(), 3, nullptr, p.cctx);
+    ATF_REQUIRE_EQ(s3.error, 0);
+    ATF_REQUIRE(!s3.completed);
+    ATF_REQUIRE_EQ(wait_op(p.server, r3.op, p.client).error, -EMSGSIZE);
+    ATF_REQUIRE_EQ(wait_op(p.client, s3.op, p.server).error, -EMSGSIZE);
+
+    // And the next message still gets through.
+    int got = 0;
+    const bmi::Post r4 = p.server.post_recv(p.to_client, &got, sizeof got, 4, nullptr, p.sctx);
+    const int v = 77;
+    finish(p.client, p.client.post_send(p.to_server, &v, sizeof v, 4, nullptr, p.cctx), p.server);
+    ATF_REQUIRE_EQ(finish(p.server, r4, p.client).error, 0);
+    ATF_REQUIRE_EQ(got, 77);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(rendezvous_list);
+ATF_TEST_CASE_BODY(rendezvous_list)
+{
+    Pair p;
+    p.hello();
+    // 5 MiB sent from three pieces into two pieces, both directions of
+    // posting order (receive first, send first).
+    const std::vector<unsigned char> src = pattern(5 << 20, 9);
+    for (const bool recv_first : {true, false}) {
+        std::vector<unsigned char> dst(src.size() + 100, 0);
+        const std::array<bmi::ConstBuffer, 3> sb{
+            bmi::ConstBuffer{src.data(), 1000},
+            bmi::ConstBuffer{src.data() + 1000, (3 << 20) - 1000},
+            bmi::ConstBuffer{src.data() + (3 << 20), src.size() - (3 << 20)}};
+        const std::array<bmi::MutableBuffer, 2> rb{
+            bmi::MutableBuffer{dst.data(), 12345},
+            bmi::MutableBuffer{dst.data() + 12345, dst.size() - 12345}};
+        bmi::Post r;
+        if (recv_first)
+            r = p.server.post_recv_list(p.to_client, rb, 5, nullptr, p.sctx);
+        const bmi::Post s = p.client.post_send_list(p.to_server, sb, 5, nullptr, p.cctx);
+        ATF_REQUIRE_EQ(s.error, 0);
+        for (int i = 0; i < 20; ++i)
+            poke(p.server);
+        if (!recv_first)
+            r = p.server.post_recv_list(p.to_client, rb, 5, nullptr, p.sctx);
+        const bmi::Completion rc = finish(p.server, r, p.client);
+        ATF_REQUIRE_EQ(rc.error, 0);
+        ATF_REQUIRE_EQ(rc.actual_size, src.size());
+        ATF_REQUIRE_EQ(finish(p.client, s, p.server).error, 0);
+        ATF_REQUIRE(std::equal(src.begin(), src.end(), dst.begin()));
+    }
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(many_outstanding);
+ATF_TEST_CASE_BODY(many_outstanding)
+{
+    // 64 clients, 10,000 outstanding receives on the server at once, then
+    // every client sends its share; all complete with the right contents.
+    bmi::Bmi server(bmi::Options{bmi::Role::server, {"tcp://127.0.0.1:0"}});
+    const bmi::ContextId sctx = server.open_context();
+    constexpr int peers = 64;
+    constexpr int per_peer = 157; // 64 * 157 = 10,048
+    std::vector<std::unique_ptr<bmi::Bmi>> clients;
+    std::vector<bmi::Addr> addrs(peers);
+    std::vector<bmi::ContextId> ctxs(peers);
+    std::vector<bmi::Addr> server_addr(peers);
+    for (int c = 0; c < peers; ++c) {
+        clients.push_back(std::make_unique<bmi::Bmi>(bmi::Options{}));
+        ctxs[static_cast<std::size_t>(c)] = clients.back()->open_context();
+        const bmi::Addr a = clients.back()->addr_lookup(server.listen_addresses().at(0));
+        const int id = c;
+        finish(*clients.back(),
+               clients.back()->post_sendunexpected(a, &id, sizeof id, 0, nullptr,
+                                                   ctxs[static_cast<std::size_t>(c)]),
+               server);
+        server_addr[static_cast<std::size_t>(c)] = a;
+    }
+    std::vector<bmi::UnexpectedMessage> hellos;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (hellos.size() < peers) {
+        server.testunexpected(hellos, peers, 10);
+        for (auto &c : clients)
+            poke(*c);
+        ATF_REQUIRE(std::chrono::steady_clock::now() < deadline);
+    }
+    for (const auto &h : hellos) {
+        int id = -1;
+        std::memcpy(&id, h.data().data(), sizeof id);
+        addrs[static_cast<std::size_t>(id)] = h.peer();
+    }
+    std::vector<int> got(std::size_t{peers} * per_peer, -1);
+    for (int c = 0; c < peers; ++c) {
+        for (int k = 0; k < per_peer; ++k) {
+            int &slot = got[(static_cast<std::size_t>(c) * per_peer) + static_cast<std::size_t>(k)];
+            const bmi::Post r = server.post_recv(addrs[static_cast<std::size_t>(c)], &slot,
+                                                 sizeof slot, 100 + k, nullptr, sctx);
+            ATF_REQUIRE_EQ(r.error, 0);
+            ATF_REQUIRE(!r.completed);
+        }
+    }
+    std::vector<int> vals(got.size());
+    std::iota(vals.begin(), vals.end(), 0);
+    for (int c = 0; c < peers; ++c) {
+        for (int k = 0; k < per_peer; ++k) {
+            const auto idx = (static_cast<std::size_t>(c) * per_peer) + static_cast<std::size_t>(k);
+            const bmi::Post s = clients[static_cast<std::size_t>(c)]->post_send(
+                server_addr[static_cast<std::size_t>(c)], &vals[idx], sizeof(int), 100 + k, nullptr,
+                ctxs[static_cast<std::size_t>(c)]);
+            ATF_REQUIRE_EQ(s.error, 0);
+        }
+    }
+    std::size_t done = 0;
+    std::vector<bmi::Completion> comps(256);
+    const auto deadline2 = std::chrono::steady_clock::now() + 60s;
+    while (done < got.size()) {
+        const std::size_t n = server.testcontext(sctx, comps, 10);
+        for (std::size_t k = 0; k < n; ++k)
+            ATF_REQUIRE_EQ(comps[k].error, 0);
+        done += n;
+        for (std::size_t c = 0; c < clients.size(); ++c) {
+            std::array<bmi::Completion, 64> cc{};
+            clients[c]->testcontext(ctxs[c], cc, 0);
+        }
+        ATF_REQUIRE(std::chrono::steady_clock::now() < deadline2);
+    }
+    ATF_REQUIRE(got == vals);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(cancel_ops);
+ATF_TEST_CASE_BODY(cancel_ops)
+{
+    Pair p;
+    p.hello();
+    // Before transfer: a posted receive.
+    int x = 0;
+    const bmi::Post r = p.server.post_recv(p.to_client, &x, sizeof x, 11, nullptr, p.sctx);
+    ATF_REQUIRE_EQ(p.server.cancel(r.op), 0);
+    ATF_REQUIRE_EQ(wait_op(p.server, r.op, p.client).error, -ECANCELED);
+
+    // Mid-transfer: a rendezvous send whose receiver is slow to post.
+    const std::vector<unsigned char> big = pattern(8 << 20, 3);
+    const bmi::Post s =
+        p.client.post_send(p.to_server, big.data(), big.size(), 12, nullptr, p.cctx);
+    std::vector<unsigned char> dst(big.size());
+    const bmi::Post r2 =
+        p.server.post_recv(p.to_client, dst.data(), dst.size(), 12, nullptr, p.sctx);
+    for (int i = 0; i < 3; ++i) {
+        poke(p.client);
+        poke(p.server);
+    }
+    ATF_REQUIRE_EQ(p.client.cancel(s.op), 0);
+    const bmi::Completion sc = wait_op(p.client, s.op, p.server);
+    ATF_REQUIRE(sc.error == -ECANCELED || sc.error == 0);
+    const bmi::Completion rc = wait_op(p.server, r2.op, p.client);
+    // Bytes already committed to the wire may still make up the whole
+    // message; then it must be intact.  Otherwise the receiver hears of the
+    // cancellation.
+    ATF_REQUIRE(rc.error == -ECANCELED || rc.error == 0);
+    if (rc.error == 0)
+        ATF_REQUIRE(dst == big);
+
+    // After completion: cancel is harmless.
+    const int v = 1;
+    const bmi::Post s3 = p.client.post_send(p.to_server, &v, sizeof v, 13, nullptr, p.cctx);
+    if (!s3.completed) {
+        wait_op(p.client, s3.op, p.server);
+        ATF_REQUIRE_EQ(p.client.cancel(s3.op), -EINVAL);
+    }
+    // The connection still works.
+    int got = 0;
+    const bmi::Post r4 = p.server.post_recv(p.to_client, &got, sizeof got, 13, nullptr, p.sctx);
+    ATF_REQUIRE_EQ(finish(p.server, r4, p.client).error, 0);
+    ATF_REQUIRE_EQ(got, 1);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(peer_dies_mid_message);
+ATF_TEST_CASE_BODY(peer_dies_mid_message)
+{
+    // A child process takes half of a rendezvous and dies: the receive in
+    // this process fails promptly, not at the idle timeout.
+    bmi::Bmi server(bmi::Options{bmi::Role::server, {"tcp://127.0.0.1:0"}});
+    const bmi::ContextId ctx = server.open_context();
+    const std::string url = server.listen_addresses().at(0);
+    const pid_t child = ::fork();
+    ATF_REQUIRE(child >= 0);
+    if (child == 0) {
+        bmi::Bmi c(bmi::Options{});
+        const bmi::ContextId cc = c.open_context();
+        const bmi::Addr a = c.addr_lookup(url);
+        const int hi = 1;
+        c.post_sendunexpected(a, &hi, sizeof hi, 0, nullptr, cc);
+        // 1 GiB, untouched (zero pages): the transfer outlives the process.
+        constexpr std::size_t size = std::size_t{1} << 30;
+        const auto big = std::make_unique_for_overwrite<unsigned char[]>(size);
+        const bmi::Post s = c.post_send(a, big.get(), size, 5, nullptr, cc);
+        bmi::Completion comp;
+        c.test(s.op, comp, 100); // some data flows, then the process dies
+        ::_exit(0);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<bmi::UnexpectedMessage> u;
+    while (server.testunexpected(u, 1, 100) == 0)
+        ATF_REQUIRE(std::chrono::steady_clock::now() - start < 20s);
+    const auto dst = std::make_unique_for_overwrite<unsigned char[]>(std::size_t{1} << 30);
+    const bmi::Post r =
+        server.post_recv(u[0].peer(), dst.get(), std::size_t{1} << 30, 5, nullptr, ctx);
+    bmi::Completion c;
+    while (!server.test(r.op, c, 100))
+        ATF_REQUIRE(std::chrono::steady_clock::now() - start < 20s);
+    ATF_REQUIRE(c.error == -ECONNRESET || c.error == 0);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ATF_REQUIRE_EQ(c.error, -ECONNRESET);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(server_restart_reconnect);
+ATF_TEST_CASE_BODY(server_restart_reconnect)
+{
+    auto server =
+        std::make_unique<bmi::Bmi>(bmi::Options{bmi::Role::server, {"tcp://127.0.0.1:0"}});
+    const std::string url = server->listen_addresses().at(0);
+    bmi::Bmi client(bmi::Options{});
+    const bmi::ContextId cctx = client.open_context();
+    const bmi::Addr a = client.addr_lookup(url);
+    int v = 1;
+    finish(client, client.post_sendunexpected(a, &v, sizeof v, 0, nullptr, cctx), *server);
+    std::vector<bmi::UnexpectedMessage> u;
+    while (server->testunexpected(u, 1, 10) == 0)
+        poke(client);
+    // A reply the client waits for: the server goes away instead.
+    int reply = 0;
+    const bmi::Post r = client.post_recv(a, &reply, sizeof reply, 1, nullptr, cctx);
+    u.clear();
+    server.reset();
+    bmi::Completion c;
+    const auto start = std::chrono::steady_clock::now();
+    while (!client.test(r.op, c, 100))
+        ATF_REQUIRE(std::chrono::steady_clock::now() - start < 10s);
+    ATF_REQUIRE_EQ(c.error, -ECONNRESET);
+    // The server comes back on the same port; the next post reconnects.
+    const std::string hostport = url.substr(6);
+    server = std::make_unique<bmi::Bmi>(bmi::Options{bmi::Role::server, {url}});
+    v = 2;
+    finish(client, client.post_sendunexpected(a, &v, sizeof v, 0, nullptr, cctx), *server);
+    while (server->testunexpected(u, 1, 10) == 0)
+        poke(client);
+    int got = 0;
+    std::memcpy(&got, u.at(0).data().data(), sizeof got);
+    ATF_REQUIRE_EQ(got, 2);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(garbage_on_socket);
+ATF_TEST_CASE_BODY(garbage_on_socket)
+{
+    Pair p;
+    p.hello();
+    // A raw socket sends junk: that connection is closed; the real client
+    // is unaffected.
+    const std::string url = p.server.listen_addresses().at(0);
+    const auto colon = url.rfind(':');
+    const int port = std::stoi(url.substr(colon + 1));
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ATF_REQUIRE_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+    std::vector<unsigned char> junk = pattern(4096, 77);
+    ATF_REQUIRE_EQ(::write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+    // The server closes that connection: the raw socket sees EOF.
+    bool closed = false;
+    for (int i = 0; i < 2000 && !closed; ++i) {
+        poke(p.server);
+        std::array<char, 16> buf{};
+        closed = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT) == 0;
+    }
+    ATF_REQUIRE(closed);
+    ::close(fd);
+    int got = 0;
+    const bmi::Post r = p.server.post_recv(p.to_client, &got, sizeof got, 8, nullptr, p.sctx);
+    const int v = 8;
+    finish(p.client, p.client.post_send(p.to_server, &v, sizeof v, 8, nullptr, p.cctx), p.server);
+    ATF_REQUIRE_EQ(finish(p.server, r, p.client).error, 0);
+    ATF_REQUIRE_EQ(got, 8);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(idle_timeout);
+ATF_TEST_CASE_BODY(idle_timeout)
+{
+    Pair p;
+    p.hello();
+    ATF_REQUIRE_EQ(p.server.set_info(bmi::Info::idle_timeout_ms, 300), 0);
+    int x = 0;
+    const bmi::Post r = p.server.post_recv(p.to_client, &x, sizeof x, 99, nullptr, p.sctx);
+    const auto start = std::chrono::steady_clock::now();
+    const bmi::Completion c = wait_op(p.server, r.op, p.client);
+    const auto took = std::chrono::steady_clock::now() - start;
+    ATF_REQUIRE_EQ(c.error, -ETIMEDOUT);
+    ATF_REQUIRE(took >= 250ms);
+    ATF_REQUIRE(took < 3s);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(bad_addresses);
+ATF_TEST_CASE_BODY(bad_addresses)
+{
+    bmi::Bmi c(bmi::Options{});
+    int err = 0;
+    ATF_REQUIRE_EQ(c.addr_lookup("tcp://nohostport", &err), bmi::no_addr);
+    ATF_REQUIRE_EQ(err, -EINVAL);
+    ATF_REQUIRE_EQ(c.addr_lookup("foo://127.0.0.1:1", &err), bmi::no_addr);
+    ATF_REQUIRE_EQ(err, -EPROTONOSUPPORT);
+    ATF_REQUIRE_EQ(c.addr_lookup("tcp://127.0.0.1:99999", &err), bmi::no_addr);
+    // Nobody listens on port 1: the send fails with ECONNREFUSED.
+    const bmi::ContextId ctx = c.open_context();
+    const bmi::Addr a = c.addr_lookup("tcp://127.0.0.1:1", &err);
+    ATF_REQUIRE(a != bmi::no_addr);
+    const int v = 0;
+    const bmi::Post s = c.post_send(a, &v, sizeof v, 0, nullptr, ctx);
+    if (s.error == 0) {
+        bmi::Completion comp;
+        ATF_REQUIRE(c.test(s.op, comp, 5000));
+        ATF_REQUIRE_EQ(comp.error, -ECONNREFUSED);
+    } else {
+        ATF_REQUIRE_EQ(s.error, -ECONNREFUSED);
+    }
+    ATF_REQUIRE_THROW(std::system_error,
+                      bmi::Bmi(bmi::Options{bmi::Role::server, {"tcp://256.1.1.1:0"}}));
+}
+
+ATF_INIT_TEST_CASES(tcs)
+{
+    ATF_ADD_TEST_CASE(tcs, unexpected_flow);
+    ATF_ADD_TEST_CASE(tcs, unexpected_too_large);
+    ATF_ADD_TEST_CASE(tcs, ordering_and_tags);
+    ATF_ADD_TEST_CASE(tcs, immediate_completion);
+    ATF_ADD_TEST_CASE(tcs, short_and_oversize);
+    ATF_ADD_TEST_CASE(tcs, rendezvous_list);
+    ATF_ADD_TEST_CASE(tcs, many_outstanding);
+    ATF_ADD_TEST_CASE(tcs, cancel_ops);
+    ATF_ADD_TEST_CASE(tcs, peer_dies_mid_message);
+    ATF_ADD_TEST_CASE(tcs, server_restart_reconnect);
+    ATF_ADD_TEST_CASE(tcs, garbage_on_socket);
+    ATF_ADD_TEST_CASE(tcs, idle_timeout);
+    ATF_ADD_TEST_CASE(tcs, bad_addresses);
+}
