@@ -54,6 +54,9 @@ struct Options {
     // Addresses to listen on, e.g. "tcp://127.0.0.1:3334"; port 0 picks a
     // free port (listen_addresses() tells which).
     std::vector<std::string> listen;
+    // TCP progress engine: "epoll", "uring", or "" for $BMI_TCP_ENGINE,
+    // else io_uring when the kernel allows it, else epoll.
+    std::string tcp_engine;
 };
 
 // Tunables and facts, for set_info/get_info.

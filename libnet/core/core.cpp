@@ -147,7 +147,7 @@ constexpr OpId make_id(std::uint32_t generation, std::uint32_t index)
 
 Core::Core(const Options &options)
 {
-    methods_.push_back(tcp::make_method(*this));
+    methods_.push_back(tcp::make_method(*this, options.tcp_engine));
     contexts_.emplace_back(); // context 0 is never handed out
     for (const std::string &url : options.listen) {
         const auto sep = url.find("://");

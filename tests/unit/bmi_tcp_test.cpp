@@ -24,6 +24,25 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The TCP progress engine under test: every case runs once per engine.
+std::string g_engine; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+
+bmi::Options client_options()
+{
+    bmi::Options o;
+    o.tcp_engine = g_engine;
+    return o;
+}
+
+bmi::Options server_options(const std::string &url = "tcp://127.0.0.1:0")
+{
+    bmi::Options o;
+    o.role = bmi::Role::server;
+    o.listen = {url};
+    o.tcp_engine = g_engine;
+    return o;
+}
+
 // Progress only: testunexpected with max 0 moves bytes and returns.
 void poke(bmi::Bmi &b)
 {
@@ -66,8 +85,8 @@ bmi::UnexpectedMessage wait_unexpected(bmi::Bmi &server, bmi::Bmi &client)
 }
 
 struct Pair {
-    bmi::Bmi server{bmi::Options{bmi::Role::server, {"tcp://127.0.0.1:0"}}};
-    bmi::Bmi client{bmi::Options{}};
+    bmi::Bmi server{server_options()};
+    bmi::Bmi client{client_options()};
     bmi::ContextId sctx = server.open_context();
     bmi::ContextId cctx = client.open_context();
     bmi::Addr to_server = client.addr_lookup(server.listen_addresses().at(0));
@@ -95,8 +114,26 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed)
 
 } // namespace
 
-ATF_TEST_CASE_WITHOUT_HEAD(unexpected_flow);
-ATF_TEST_CASE_BODY(unexpected_flow)
+// Declares NAME_epoll and NAME_uring running the same body (ATF registers
+// test cases by name, so this must be a macro).
+// NOLINTNEXTLINE(cppcoreguidelines-macro-usage)
+#define BMI_TEST(name)                                                                             \
+    static void name##_body();                                                                     \
+    ATF_TEST_CASE_WITHOUT_HEAD(name##_epoll);                                                      \
+    ATF_TEST_CASE_BODY(name##_epoll)                                                               \
+    {                                                                                              \
+        g_engine = "epoll";                                                                        \
+        name##_body();                                                                             \
+    }                                                                                              \
+    ATF_TEST_CASE_WITHOUT_HEAD(name##_uring);                                                      \
+    ATF_TEST_CASE_BODY(name##_uring)                                                               \
+    {                                                                                              \
+        g_engine = "uring";                                                                        \
+        name##_body();                                                                             \
+    }                                                                                              \
+    static void name##_body()
+
+BMI_TEST(unexpected_flow)
 {
     Pair p;
     const std::string req = "request-42";
@@ -123,8 +160,7 @@ ATF_TEST_CASE_BODY(unexpected_flow)
     ATF_REQUIRE_EQ(p.client.get_info(bmi::Info::open_connections), 1U);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(unexpected_too_large);
-ATF_TEST_CASE_BODY(unexpected_too_large)
+BMI_TEST(unexpected_too_large)
 {
     Pair p;
     std::vector<char> big(p.client.get_info(bmi::Info::unexpected_limit) + 1);
@@ -133,8 +169,7 @@ ATF_TEST_CASE_BODY(unexpected_too_large)
     ATF_REQUIRE_EQ(r.error, -EMSGSIZE);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(ordering_and_tags);
-ATF_TEST_CASE_BODY(ordering_and_tags)
+BMI_TEST(ordering_and_tags)
 {
     Pair p;
     p.hello();
@@ -169,8 +204,7 @@ ATF_TEST_CASE_BODY(ordering_and_tags)
         ATF_REQUIRE_EQ(wait_op(p.client, op, p.server).error, 0);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(immediate_completion);
-ATF_TEST_CASE_BODY(immediate_completion)
+BMI_TEST(immediate_completion)
 {
     Pair p;
     p.hello();
@@ -190,8 +224,7 @@ ATF_TEST_CASE_BODY(immediate_completion)
     ATF_REQUIRE_EQ(got, 5);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(short_and_oversize);
-ATF_TEST_CASE_BODY(short_and_oversize)
+BMI_TEST(short_and_oversize)
 {
     Pair p;
     p.hello();
@@ -230,8 +263,7 @@ ATF_TEST_CASE_BODY(short_and_oversize)
     ATF_REQUIRE_EQ(got, 77);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(rendezvous_list);
-ATF_TEST_CASE_BODY(rendezvous_list)
+BMI_TEST(rendezvous_list)
 {
     Pair p;
     p.hello();
@@ -264,12 +296,11 @@ ATF_TEST_CASE_BODY(rendezvous_list)
     }
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(many_outstanding);
-ATF_TEST_CASE_BODY(many_outstanding)
+BMI_TEST(many_outstanding)
 {
     // 64 clients, 10,000 outstanding receives on the server at once, then
     // every client sends its share; all complete with the right contents.
-    bmi::Bmi server(bmi::Options{bmi::Role::server, {"tcp://127.0.0.1:0"}});
+    bmi::Bmi server(server_options());
     const bmi::ContextId sctx = server.open_context();
     constexpr int peers = 64;
     constexpr int per_peer = 157; // 64 * 157 = 10,048
@@ -278,7 +309,7 @@ ATF_TEST_CASE_BODY(many_outstanding)
     std::vector<bmi::ContextId> ctxs(peers);
     std::vector<bmi::Addr> server_addr(peers);
     for (int c = 0; c < peers; ++c) {
-        clients.push_back(std::make_unique<bmi::Bmi>(bmi::Options{}));
+        clients.push_back(std::make_unique<bmi::Bmi>(client_options()));
         ctxs[static_cast<std::size_t>(c)] = clients.back()->open_context();
         const bmi::Addr a = clients.back()->addr_lookup(server.listen_addresses().at(0));
         const int id = c;
@@ -339,8 +370,7 @@ ATF_TEST_CASE_BODY(many_outstanding)
     ATF_REQUIRE(got == vals);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(cancel_ops);
-ATF_TEST_CASE_BODY(cancel_ops)
+BMI_TEST(cancel_ops)
 {
     Pair p;
     p.hello();
@@ -386,18 +416,17 @@ ATF_TEST_CASE_BODY(cancel_ops)
     ATF_REQUIRE_EQ(got, 1);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(peer_dies_mid_message);
-ATF_TEST_CASE_BODY(peer_dies_mid_message)
+BMI_TEST(peer_dies_mid_message)
 {
     // A child process takes half of a rendezvous and dies: the receive in
     // this process fails promptly, not at the idle timeout.
-    bmi::Bmi server(bmi::Options{bmi::Role::server, {"tcp://127.0.0.1:0"}});
+    bmi::Bmi server(server_options());
     const bmi::ContextId ctx = server.open_context();
     const std::string url = server.listen_addresses().at(0);
     const pid_t child = ::fork();
     ATF_REQUIRE(child >= 0);
     if (child == 0) {
-        bmi::Bmi c(bmi::Options{});
+        bmi::Bmi c(client_options());
         const bmi::ContextId cc = c.open_context();
         const bmi::Addr a = c.addr_lookup(url);
         const int hi = 1;
@@ -426,13 +455,11 @@ ATF_TEST_CASE_BODY(peer_dies_mid_message)
     ATF_REQUIRE_EQ(c.error, -ECONNRESET);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(server_restart_reconnect);
-ATF_TEST_CASE_BODY(server_restart_reconnect)
+BMI_TEST(server_restart_reconnect)
 {
-    auto server =
-        std::make_unique<bmi::Bmi>(bmi::Options{bmi::Role::server, {"tcp://127.0.0.1:0"}});
+    auto server = std::make_unique<bmi::Bmi>(server_options());
     const std::string url = server->listen_addresses().at(0);
-    bmi::Bmi client(bmi::Options{});
+    bmi::Bmi client(client_options());
     const bmi::ContextId cctx = client.open_context();
     const bmi::Addr a = client.addr_lookup(url);
     int v = 1;
@@ -452,7 +479,7 @@ ATF_TEST_CASE_BODY(server_restart_reconnect)
     ATF_REQUIRE_EQ(c.error, -ECONNRESET);
     // The server comes back on the same port; the next post reconnects.
     const std::string hostport = url.substr(6);
-    server = std::make_unique<bmi::Bmi>(bmi::Options{bmi::Role::server, {url}});
+    server = std::make_unique<bmi::Bmi>(server_options(url));
     v = 2;
     finish(client, client.post_sendunexpected(a, &v, sizeof v, 0, nullptr, cctx), *server);
     while (server->testunexpected(u, 1, 10) == 0)
@@ -462,8 +489,7 @@ ATF_TEST_CASE_BODY(server_restart_reconnect)
     ATF_REQUIRE_EQ(got, 2);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(garbage_on_socket);
-ATF_TEST_CASE_BODY(garbage_on_socket)
+BMI_TEST(garbage_on_socket)
 {
     Pair p;
     p.hello();
@@ -497,8 +523,7 @@ ATF_TEST_CASE_BODY(garbage_on_socket)
     ATF_REQUIRE_EQ(got, 8);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(idle_timeout);
-ATF_TEST_CASE_BODY(idle_timeout)
+BMI_TEST(idle_timeout)
 {
     Pair p;
     p.hello();
@@ -513,10 +538,9 @@ ATF_TEST_CASE_BODY(idle_timeout)
     ATF_REQUIRE(took < 3s);
 }
 
-ATF_TEST_CASE_WITHOUT_HEAD(bad_addresses);
-ATF_TEST_CASE_BODY(bad_addresses)
+BMI_TEST(bad_addresses)
 {
-    bmi::Bmi c(bmi::Options{});
+    bmi::Bmi c(client_options());
     int err = 0;
     ATF_REQUIRE_EQ(c.addr_lookup("tcp://nohostport", &err), bmi::no_addr);
     ATF_REQUIRE_EQ(err, -EINVAL);
@@ -536,23 +560,35 @@ ATF_TEST_CASE_BODY(bad_addresses)
     } else {
         ATF_REQUIRE_EQ(s.error, -ECONNREFUSED);
     }
-    ATF_REQUIRE_THROW(std::system_error,
-                      bmi::Bmi(bmi::Options{bmi::Role::server, {"tcp://256.1.1.1:0"}}));
+    ATF_REQUIRE_THROW(std::system_error, bmi::Bmi(server_options("tcp://256.1.1.1:0")));
 }
 
 ATF_INIT_TEST_CASES(tcs)
 {
-    ATF_ADD_TEST_CASE(tcs, unexpected_flow);
-    ATF_ADD_TEST_CASE(tcs, unexpected_too_large);
-    ATF_ADD_TEST_CASE(tcs, ordering_and_tags);
-    ATF_ADD_TEST_CASE(tcs, immediate_completion);
-    ATF_ADD_TEST_CASE(tcs, short_and_oversize);
-    ATF_ADD_TEST_CASE(tcs, rendezvous_list);
-    ATF_ADD_TEST_CASE(tcs, many_outstanding);
-    ATF_ADD_TEST_CASE(tcs, cancel_ops);
-    ATF_ADD_TEST_CASE(tcs, peer_dies_mid_message);
-    ATF_ADD_TEST_CASE(tcs, server_restart_reconnect);
-    ATF_ADD_TEST_CASE(tcs, garbage_on_socket);
-    ATF_ADD_TEST_CASE(tcs, idle_timeout);
-    ATF_ADD_TEST_CASE(tcs, bad_addresses);
+    ATF_ADD_TEST_CASE(tcs, unexpected_flow_epoll);
+    ATF_ADD_TEST_CASE(tcs, unexpected_flow_uring);
+    ATF_ADD_TEST_CASE(tcs, unexpected_too_large_epoll);
+    ATF_ADD_TEST_CASE(tcs, unexpected_too_large_uring);
+    ATF_ADD_TEST_CASE(tcs, ordering_and_tags_epoll);
+    ATF_ADD_TEST_CASE(tcs, ordering_and_tags_uring);
+    ATF_ADD_TEST_CASE(tcs, immediate_completion_epoll);
+    ATF_ADD_TEST_CASE(tcs, immediate_completion_uring);
+    ATF_ADD_TEST_CASE(tcs, short_and_oversize_epoll);
+    ATF_ADD_TEST_CASE(tcs, short_and_oversize_uring);
+    ATF_ADD_TEST_CASE(tcs, rendezvous_list_epoll);
+    ATF_ADD_TEST_CASE(tcs, rendezvous_list_uring);
+    ATF_ADD_TEST_CASE(tcs, many_outstanding_epoll);
+    ATF_ADD_TEST_CASE(tcs, many_outstanding_uring);
+    ATF_ADD_TEST_CASE(tcs, cancel_ops_epoll);
+    ATF_ADD_TEST_CASE(tcs, cancel_ops_uring);
+    ATF_ADD_TEST_CASE(tcs, peer_dies_mid_message_epoll);
+    ATF_ADD_TEST_CASE(tcs, peer_dies_mid_message_uring);
+    ATF_ADD_TEST_CASE(tcs, server_restart_reconnect_epoll);
+    ATF_ADD_TEST_CASE(tcs, server_restart_reconnect_uring);
+    ATF_ADD_TEST_CASE(tcs, garbage_on_socket_epoll);
+    ATF_ADD_TEST_CASE(tcs, garbage_on_socket_uring);
+    ATF_ADD_TEST_CASE(tcs, idle_timeout_epoll);
+    ATF_ADD_TEST_CASE(tcs, idle_timeout_uring);
+    ATF_ADD_TEST_CASE(tcs, bad_addresses_epoll);
+    ATF_ADD_TEST_CASE(tcs, bad_addresses_uring);
 }

@@ -6,6 +6,7 @@
 // holds up small ones.  The protocol is described in docs/bmi.md.
 #include "tcp.hpp"
 
+#include "engine.hpp"
 #include "frame.hpp"
 
 #include <arpa/inet.h>
@@ -196,7 +197,8 @@ struct Conn {
     Addr peer = no_addr;
     bool connecting = false;
     bool hello_received = false;
-    bool paused = false; // not reading: a budget is exhausted
+    bool paused = false;        // not reading: a budget is exhausted
+    bool write_blocked = false; // the socket returned EAGAIN on the last write
     bool closed = true;
     std::uint32_t events = 0;
     std::deque<TxItem> tx;
@@ -246,7 +248,7 @@ struct Peer {
 
 class TcpMethod final : public Method {
 public:
-    explicit TcpMethod(Core &core);
+    TcpMethod(Core &core, std::string_view engine);
     ~TcpMethod() override;
     TcpMethod(const TcpMethod &) = delete;
     TcpMethod &operator=(const TcpMethod &) = delete;
@@ -261,7 +263,7 @@ public:
     void progress(int timeout_ms) override;
     void drop_peer(Addr addr, int error) override;
     [[nodiscard]] std::uint64_t open_connections() const override;
-    [[nodiscard]] std::uint64_t engine() const override { return 1; }
+    [[nodiscard]] std::uint64_t engine() const override { return engine_->id(); }
 
 private:
     Peer &peer_of(Addr addr);
@@ -288,8 +290,8 @@ private:
     void detach_tx(std::uint32_t i);
 
     // receiving
-    void handle_readable(std::uint32_t c);
-    bool parse(std::uint32_t c); // false when the connection died or paused
+    bool handle_readable(std::uint32_t c); // true: the socket is drained
+    bool parse(std::uint32_t c);           // false when the connection died or paused
     enum class Verdict : std::uint8_t { accept, pause, close };
     Verdict on_header(std::uint32_t c, const FrameHeader &h);
     void payload_done(std::uint32_t c);
@@ -310,7 +312,7 @@ private:
     }
 
     Core &core_;
-    UniqueFd epfd_;
+    std::unique_ptr<Engine> engine_;
     std::vector<UniqueFd> listeners_;
     std::string my_url_;
     std::vector<std::unique_ptr<Conn>> conns_;
@@ -320,6 +322,7 @@ private:
     std::vector<OpList> buckets_;
     std::vector<std::uint32_t> to_parse_; // connections with staged bytes to retry
     std::vector<std::uint32_t> dirty_;    // connections with frames queued meanwhile
+    std::vector<std::uint32_t> unread_;   // connections left with unread input
 };
 
 constexpr std::uint64_t listener_bit = std::uint64_t{1} << 63U;
@@ -329,11 +332,18 @@ std::uint64_t event_key(std::uint32_t c, std::uint32_t generation)
     return (static_cast<std::uint64_t>(generation) << 32U) | c;
 }
 
-TcpMethod::TcpMethod(Core &core)
-    : core_(core), epfd_(::epoll_create1(EPOLL_CLOEXEC)), buckets_(bucket_count, OpList{&Op::match})
+std::string engine_choice(std::string_view requested)
 {
-    if (!epfd_.valid())
-        throw std::system_error(errno, std::generic_category(), "bmi tcp: epoll_create1");
+    if (!requested.empty())
+        return std::string(requested);
+    const char *env = std::getenv("BMI_TCP_ENGINE"); // NOLINT(concurrency-mt-unsafe): at init
+    return env != nullptr ? env : "auto";
+}
+
+TcpMethod::TcpMethod(Core &core, std::string_view engine)
+    : core_(core), engine_(make_engine(engine_choice(engine))),
+      buckets_(bucket_count, OpList{&Op::match})
+{
     core_.unexpected_pool->on_release = [this](Addr a) { resume_peer(a); };
 }
 
@@ -343,6 +353,11 @@ TcpMethod::~TcpMethod()
         if (!conns_[c]->closed)
             close_conn(c, -ECANCELED, {});
     }
+    // The engine may hold references to the listening sockets (io_uring
+    // polls do): drop them first so the ports are free when we return.
+    for (std::size_t l = 0; l < listeners_.size(); ++l)
+        engine_->remove(listeners_[l].get(), listener_bit | l);
+    listeners_.clear();
 }
 
 Peer *TcpMethod::peer_ptr(Addr addr)
@@ -382,11 +397,7 @@ std::string TcpMethod::listen(std::string_view hostport)
     sockaddr_storage bound{};
     socklen_t blen = sizeof bound;
     ::getsockname(fd.get(), reinterpret_cast<sockaddr *>(&bound), &blen);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = listener_bit | listeners_.size();
-    if (::epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0)
-        throw std::system_error(errno, std::generic_category(), what + ": epoll_ctl");
+    engine_->add(fd.get(), listener_bit | listeners_.size(), EPOLLIN);
     listeners_.push_back(std::move(fd));
     std::string url = sockaddr_url(bound);
     if (my_url_.empty())
@@ -451,10 +462,8 @@ std::uint32_t TcpMethod::new_conn(UniqueFd fd)
     k.sink = Sink::none;
     k.sink_op = no_index;
     k.payload_left = 0;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = event_key(c, k.generation);
-    ::epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, k.fd.get(), &ev);
+    k.write_blocked = false;
+    engine_->add(k.fd.get(), event_key(c, k.generation), EPOLLIN);
     k.events = EPOLLIN;
     return c;
 }
@@ -464,15 +473,14 @@ void TcpMethod::update_events(std::uint32_t c)
     Conn &k = *conns_[c];
     if (k.closed)
         return;
+    // Writability matters only once the socket refused bytes: queued frames
+    // are otherwise written at once (or at the end of this progress call).
     std::uint32_t want = k.paused ? 0U : static_cast<std::uint32_t>(EPOLLIN);
-    if (k.connecting || !k.tx.empty())
+    if (k.connecting || (k.write_blocked && !k.tx.empty()))
         want |= EPOLLOUT;
     if (want == k.events)
         return;
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = event_key(c, k.generation);
-    ::epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, k.fd.get(), &ev);
+    engine_->modify(k.fd.get(), event_key(c, k.generation), want);
     k.events = want;
 }
 
@@ -522,6 +530,7 @@ void TcpMethod::queue_hello(std::uint32_t c)
     item.len = h.size;
     item.type = FrameType::hello;
     conns_[c]->tx.push_front(std::move(item));
+    dirty_.push_back(c);
 }
 
 void TcpMethod::on_connected(std::uint32_t c)
@@ -563,7 +572,7 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
         else
             log_debug("closing connection to " + who + ": " + std::string(why));
     }
-    ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, k.fd.get(), nullptr);
+    engine_->remove(k.fd.get(), event_key(c, k.generation));
     k.fd.reset();
     k.closed = true;
     // Owned bytes die with the connection; ops referenced by items are failed below.
@@ -936,8 +945,12 @@ bool TcpMethod::flush(std::uint32_t c)
         msg.msg_iovlen = n;
         const ssize_t w = ::sendmsg(k.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
-            if (errno == EAGAIN || errno == EINTR)
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                k.write_blocked = true;
                 break;
+            }
             close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
             return false;
         }
@@ -964,6 +977,8 @@ bool TcpMethod::flush(std::uint32_t c)
             }
         }
     }
+    if (k.tx.empty())
+        k.write_blocked = false;
     update_events(c);
     return true;
 }
@@ -1400,14 +1415,19 @@ bool TcpMethod::parse(std::uint32_t c)
     return false;
 }
 
-void TcpMethod::handle_readable(std::uint32_t c)
+// Reads what the socket has, up to a bound so that one busy peer cannot
+// starve the others.  Returns true when the socket is drained (EAGAIN), the
+// connection closed or paused; false when input may remain.
+bool TcpMethod::handle_readable(std::uint32_t c)
 {
     Conn &k = *conns_[c];
-    // A bounded number of reads per wakeup keeps one busy peer from
-    // starving the others.
-    for (int round = 0; round < 16 && !k.closed && !k.paused; ++round) {
-        // Large payloads go straight into the receive buffer.
-        if (k.sink == Sink::op && k.rb == k.re && k.payload_left >= direct_read_min) {
+    for (int round = 0; round < 16; ++round) {
+        if (k.closed || k.paused)
+            return true;
+        ssize_t r = 0;
+        const bool direct = k.sink == Sink::op && k.rb == k.re && k.payload_left >= direct_read_min;
+        if (direct) {
+            // Large payloads go straight into the receive buffer.
             std::array<iovec, max_iov> iov{};
             std::size_t n = 0;
             std::size_t skip = k.sink_off;
@@ -1424,71 +1444,74 @@ void TcpMethod::handle_readable(std::uint32_t c)
                 left -= take;
                 skip = 0;
             }
-            const ssize_t r = ::readv(k.fd.get(), iov.data(), static_cast<int>(n));
-            if (r == 0) {
-                close_conn(c, -ECONNRESET, "peer closed the connection");
-                return;
+            r = ::readv(k.fd.get(), iov.data(), static_cast<int>(n));
+        } else {
+            if (k.rb == k.re) {
+                k.rb = k.re = 0;
+            } else if (k.rb > 0 && k.stage.size() - k.re < frame_header_size) {
+                std::memmove(k.stage.data(), k.stage.data() + k.rb, k.re - k.rb);
+                k.re -= k.rb;
+                k.rb = 0;
             }
-            if (r < 0) {
-                if (errno == EAGAIN || errno == EINTR)
-                    return;
-                close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
-                return;
-            }
-            const auto got = static_cast<std::size_t>(r);
+            r = ::recv(k.fd.get(), k.stage.data() + k.re, k.stage.size() - k.re, 0);
+        }
+        if (r == 0) {
+            close_conn(c, -ECONNRESET, "peer closed the connection");
+            return true;
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return true;
+            close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
+            return true;
+        }
+        const auto got = static_cast<std::size_t>(r);
+        if (direct) {
             k.sink_off += got;
             k.payload_left -= got;
             core_.touch(k.sink_op);
-            if (k.payload_left == 0) {
+            if (k.payload_left == 0)
                 payload_done(c);
-                if (!parse(c))
-                    return;
-            }
-            continue;
+        } else {
+            k.re += got;
         }
-        if (k.rb == k.re) {
-            k.rb = k.re = 0;
-        } else if (k.rb > 0 && k.stage.size() - k.re < frame_header_size) {
-            std::memmove(k.stage.data(), k.stage.data() + k.rb, k.re - k.rb);
-            k.re -= k.rb;
-            k.rb = 0;
-        }
-        const ssize_t r = ::recv(k.fd.get(), k.stage.data() + k.re, k.stage.size() - k.re, 0);
-        if (r == 0) {
-            close_conn(c, -ECONNRESET, "peer closed the connection");
-            return;
-        }
-        if (r < 0) {
-            if (errno == EAGAIN || errno == EINTR)
-                return;
-            close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
-            return;
-        }
-        k.re += static_cast<std::size_t>(r);
         if (!parse(c))
-            return;
-        if (static_cast<std::size_t>(r) < stage_size / 2 && k.sink != Sink::op)
-            return; // drained the socket, most likely
+            return true;
+        // A short read under level-triggered readiness means the socket is
+        // drained; epoll will say so again if not.  An edge-triggered engine
+        // needs the EAGAIN.
+        if (engine_->level_triggered() && !direct && got < stage_size / 2)
+            return true;
     }
+    return false;
 }
 
 void TcpMethod::progress(int timeout_ms)
 {
-    // Connections whose budget freed up retry their staged bytes first.
-    if (!to_parse_.empty()) {
-        std::vector<std::uint32_t> retry;
-        retry.swap(to_parse_);
-        for (const std::uint32_t c : retry) {
-            if (!conns_[c]->closed && !conns_[c]->paused && parse(c))
-                handle_readable(c);
-        }
-        timeout_ms = 0;
+    // Connections whose budget freed up, or that were left with unread
+    // input, are served before sleeping.
+    std::vector<std::uint32_t> retry;
+    retry.swap(to_parse_);
+    for (const std::uint32_t c : unread_)
+        retry.push_back(c);
+    unread_.clear();
+    for (const std::uint32_t c : retry) {
+        Conn &k = *conns_[c];
+        if (k.closed || k.paused)
+            continue;
+        if (parse(c) && !handle_readable(c))
+            unread_.push_back(c);
     }
-    std::array<epoll_event, max_events> events{};
-    const int n = ::epoll_wait(epfd_.get(), events.data(), max_events, timeout_ms);
-    for (int e = 0; e < n; ++e) {
-        const std::uint64_t key = events[static_cast<std::size_t>(e)].data.u64;
-        const std::uint32_t what = events[static_cast<std::size_t>(e)].events;
+    if (!unread_.empty() || !dirty_.empty())
+        timeout_ms = 0;
+
+    std::array<ReadyEvent, max_events> events{};
+    const std::size_t n = engine_->wait(events, timeout_ms);
+    for (std::size_t e = 0; e < n; ++e) {
+        const std::uint64_t key = events[e].key;
+        const std::uint32_t what = events[e].events;
         if ((key & listener_bit) != 0) {
             accept_all();
             continue;
@@ -1507,14 +1530,18 @@ void TcpMethod::progress(int timeout_ms)
                 continue;
             }
             on_connected(c);
+            flush(c);
         }
-        if ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0 && !k.paused)
-            handle_readable(c);
+        if ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0 && !k.paused &&
+            std::find(unread_.begin(), unread_.end(), c) == unread_.end()) {
+            if (!handle_readable(c))
+                unread_.push_back(c);
+        }
         if (!k.closed && (what & EPOLLOUT) != 0)
             flush(c);
     }
     // Frames queued while handling input (CTS, data chunks, ...) go out now
-    // rather than after another trip through epoll_wait.
+    // rather than after another trip through the engine.
     while (!dirty_.empty()) {
         std::vector<std::uint32_t> dirty;
         dirty.swap(dirty_);
@@ -1527,9 +1554,9 @@ void TcpMethod::progress(int timeout_ms)
 
 } // namespace
 
-std::unique_ptr<Method> make_method(Core &core)
+std::unique_ptr<Method> make_method(Core &core, std::string_view engine)
 {
-    return std::make_unique<TcpMethod>(core);
+    return std::make_unique<TcpMethod>(core, engine);
 }
 
 } // namespace bmi::tcp

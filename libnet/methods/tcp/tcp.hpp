@@ -5,10 +5,12 @@
 #include "../../core/core.hpp"
 
 #include <memory>
+#include <string_view>
 
 namespace bmi::tcp {
 
-std::unique_ptr<Method> make_method(Core &core);
+// engine: "epoll", "uring", "auto" or "" (see Options::tcp_engine).
+std::unique_ptr<Method> make_method(Core &core, std::string_view engine);
 
 } // namespace bmi::tcp
 

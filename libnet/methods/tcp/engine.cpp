@@ -1,0 +1,204 @@
+#include "engine.hpp"
+
+#include <liburing.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace bmi::tcp {
+
+namespace {
+
+class EpollEngine final : public Engine {
+public:
+    EpollEngine() : fd_(::epoll_create1(EPOLL_CLOEXEC))
+    {
+        if (fd_ < 0)
+            throw std::system_error(errno, std::generic_category(), "bmi tcp: epoll_create1");
+    }
+    ~EpollEngine() override { ::close(fd_); }
+    EpollEngine(const EpollEngine &) = delete;
+    EpollEngine &operator=(const EpollEngine &) = delete;
+    EpollEngine(EpollEngine &&) = delete;
+    EpollEngine &operator=(EpollEngine &&) = delete;
+
+    void add(int fd, std::uint64_t key, std::uint32_t events) override
+    {
+        ctl(EPOLL_CTL_ADD, fd, key, events);
+    }
+    void modify(int fd, std::uint64_t key, std::uint32_t events) override
+    {
+        ctl(EPOLL_CTL_MOD, fd, key, events);
+    }
+    void remove(int fd, std::uint64_t /*key*/) override
+    {
+        ::epoll_ctl(fd_, EPOLL_CTL_DEL, fd, nullptr);
+    }
+    std::size_t wait(std::span<ReadyEvent> out, int timeout_ms) override
+    {
+        std::array<epoll_event, 64> ev{};
+        const int max = static_cast<int>(std::min(out.size(), ev.size()));
+        const int n = ::epoll_wait(fd_, ev.data(), max, timeout_ms);
+        if (n <= 0)
+            return 0;
+        for (int i = 0; i < n; ++i) {
+            const auto k = static_cast<std::size_t>(i);
+            out[k] = ReadyEvent{ev[k].data.u64, ev[k].events};
+        }
+        return static_cast<std::size_t>(n);
+    }
+    [[nodiscard]] std::uint64_t id() const override { return 1; }
+    [[nodiscard]] bool level_triggered() const override { return true; }
+
+private:
+    void ctl(int op, int fd, std::uint64_t key, std::uint32_t events) const
+    {
+        epoll_event ev{};
+        ev.events = events;
+        ev.data.u64 = key;
+        ::epoll_ctl(fd_, op, fd, &ev);
+    }
+    int fd_;
+};
+
+// user_data of requests whose completions carry no readiness.
+constexpr std::uint64_t control_tag = ~std::uint64_t{0};
+
+class UringEngine final : public Engine {
+public:
+    UringEngine()
+    {
+        const int rc = ::io_uring_queue_init(256, &ring_, 0);
+        if (rc < 0)
+            throw std::system_error(-rc, std::generic_category(), "bmi tcp: io_uring_queue_init");
+    }
+    ~UringEngine() override { ::io_uring_queue_exit(&ring_); }
+    UringEngine(const UringEngine &) = delete;
+    UringEngine &operator=(const UringEngine &) = delete;
+    UringEngine(UringEngine &&) = delete;
+    UringEngine &operator=(UringEngine &&) = delete;
+
+    void add(int fd, std::uint64_t key, std::uint32_t events) override
+    {
+        watched_[key] = Watch{fd, events};
+        arm(fd, key, events);
+    }
+    void modify(int fd, std::uint64_t key, std::uint32_t events) override
+    {
+        auto it = watched_.find(key);
+        if (it == watched_.end())
+            return;
+        it->second.events = events;
+        // Remove and re-arm: a fresh poll request checks the current state,
+        // so a condition that is already true is reported at once.
+        io_uring_sqe *sqe = sqe_for_submit();
+        ::io_uring_prep_poll_remove(sqe, key);
+        ::io_uring_sqe_set_data64(sqe, control_tag);
+        arm(fd, key, events);
+    }
+    void remove(int /*fd*/, std::uint64_t key) override
+    {
+        if (watched_.erase(key) == 0)
+            return;
+        io_uring_sqe *sqe = sqe_for_submit();
+        ::io_uring_prep_poll_remove(sqe, key);
+        ::io_uring_sqe_set_data64(sqe, control_tag);
+        // Submitted now: the fd is about to be closed.
+        ::io_uring_submit(&ring_);
+    }
+    std::size_t wait(std::span<ReadyEvent> out, int timeout_ms) override
+    {
+        __kernel_timespec ts{};
+        ts.tv_sec = timeout_ms / 1000;
+        ts.tv_nsec = static_cast<long long>(timeout_ms % 1000) * 1000000;
+        io_uring_cqe *cqe = nullptr;
+        // One system call submits the batched poll changes and waits.
+        if (timeout_ms > 0)
+            ::io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+        else
+            ::io_uring_submit(&ring_);
+        std::size_t n = 0;
+        std::vector<std::pair<int, std::uint64_t>> rearm;
+        while (n < out.size() && ::io_uring_peek_cqe(&ring_, &cqe) == 0) {
+            const std::uint64_t key = ::io_uring_cqe_get_data64(cqe);
+            const int res = cqe->res;
+            const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+            ::io_uring_cqe_seen(&ring_, cqe);
+            if (key == control_tag)
+                continue;
+            auto it = watched_.find(key);
+            if (it == watched_.end())
+                continue; // removed meanwhile
+            if (res >= 0)
+                out[n++] = ReadyEvent{key, static_cast<std::uint32_t>(res)};
+            // A multishot poll that ended (error, overflow, or replaced by
+            // modify) is armed again if the fd is still watched.
+            if (!more && res != -ECANCELED)
+                rearm.emplace_back(it->second.fd, key);
+        }
+        for (const auto &[fd, key] : rearm) {
+            auto it = watched_.find(key);
+            if (it != watched_.end())
+                arm(fd, key, it->second.events);
+        }
+        return n;
+    }
+    [[nodiscard]] std::uint64_t id() const override { return 2; }
+    [[nodiscard]] bool level_triggered() const override { return false; }
+
+private:
+    struct Watch {
+        int fd = -1;
+        std::uint32_t events = 0;
+    };
+
+    io_uring_sqe *sqe_for_submit()
+    {
+        io_uring_sqe *sqe = ::io_uring_get_sqe(&ring_);
+        if (sqe == nullptr) {
+            // The submission queue is full: flush it and take a slot.
+            ::io_uring_submit(&ring_);
+            sqe = ::io_uring_get_sqe(&ring_);
+        }
+        if (sqe == nullptr)
+            throw std::system_error(EBUSY, std::generic_category(), "bmi tcp: io_uring SQ full");
+        return sqe;
+    }
+    void arm(int fd, std::uint64_t key, std::uint32_t events)
+    {
+        io_uring_sqe *sqe = sqe_for_submit();
+        ::io_uring_prep_poll_multishot(sqe, fd, events | EPOLLERR | EPOLLHUP);
+        ::io_uring_sqe_set_data64(sqe, key);
+    }
+
+    io_uring ring_{};
+    std::unordered_map<std::uint64_t, Watch> watched_;
+};
+
+} // namespace
+
+std::unique_ptr<Engine> make_engine(std::string_view name)
+{
+    if (name == "epoll")
+        return std::make_unique<EpollEngine>();
+    if (name == "uring")
+        return std::make_unique<UringEngine>();
+    if (name != "auto" && !name.empty())
+        throw std::system_error(EINVAL, std::generic_category(),
+                                "bmi tcp: unknown engine '" + std::string(name) +
+                                    "' (expected epoll, uring or auto)");
+    try {
+        return std::make_unique<UringEngine>();
+    } catch (const std::system_error &) {
+        // io_uring disabled (container, sysctl kernel.io_uring_disabled).
+        return std::make_unique<EpollEngine>();
+    }
+}
+
+} // namespace bmi::tcp
