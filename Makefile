@@ -26,6 +26,7 @@ endif
 # C=1 additionally runs sparse over every file; any warning fails the build.
 KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
 
+.PHONY: fuzz fuzz-build
 .PHONY: all configure kmod kmod-test check check-full up lint format dkms-install clean help bench bench-net
 
 all: configure
@@ -64,6 +65,18 @@ format:
 	@git ls-files --cached --others --exclude-standard '*.c' '*.cpp' '*.hpp' '*.h' ':!include/pvfs/pvfsd_dev.h' | xargs -r clang-format -i
 	@clang-format -i --style=file:kmod/.clang-format include/pvfs/pvfsd_dev.h
 
+# libFuzzer targets, built with clang into build-fuzz/.  `make fuzz` runs
+# each for FUZZ_TIME seconds (default 600) on a corpus seeded from
+# fuzz/corpus/; make check runs them briefly.
+FUZZ_BUILD := $(SRC)/build-fuzz
+FUZZ_TIME ?= 600
+fuzz-build:
+	@[ -f $(FUZZ_BUILD)/build.ninja ] || CC=clang CXX=clang++ cmake -S $(SRC) -B $(FUZZ_BUILD) -G Ninja -DPVFS_FUZZ=ON >/dev/null
+	@ninja -C $(FUZZ_BUILD)
+
+fuzz: fuzz-build
+	@scripts/fuzz --time $(FUZZ_TIME)
+
 dkms-install:
 	@scripts/dkms-install
 
@@ -75,7 +88,7 @@ bench-net: all
 	@bench/net/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD)
 
 clean:
-	rm -rf $(SRC)/build $(SRC)/build-san
+	rm -rf $(SRC)/build $(SRC)/build-san $(SRC)/build-fuzz
 
 help:
 	@echo "make              build user space into $(BUILD) (SANITIZE=1: ASan+UBSan)"
