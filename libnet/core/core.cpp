@@ -71,11 +71,10 @@ void UnexpectedPool::give_back(UnexpectedMessage &msg) noexcept
 {
     const Addr peer = msg.peer_;
     auto it = outstanding_.find(peer);
-    if (it != outstanding_.end()) {
+    // Entries stay when they reach zero: re-inserting would allocate per
+    // message.  The map grows with the number of peers only.
+    if (it != outstanding_.end())
         it->second -= std::min(it->second, msg.size_);
-        if (it->second == 0)
-            outstanding_.erase(it);
-    }
     // A bounded free list: at most 64 buffers are kept for reuse.
     if (free_.size() < 64 && !msg.buf_.empty())
         free_.push_back(std::move(msg.buf_));

@@ -4,6 +4,7 @@
 #define PVFS_LIBNET_CORE_CORE_HPP
 
 #include "bmi/bmi.hpp"
+#include "ring.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -204,7 +205,7 @@ private:
     std::vector<std::uint32_t> free_ops_;
     std::vector<Context> contexts_;
     OpList timeouts_{&Op::timeout};
-    std::deque<UnexpectedMessage> unexpected_;
+    RingQueue<UnexpectedMessage> unexpected_;
     std::uint32_t generation_ = 1;
 };
 

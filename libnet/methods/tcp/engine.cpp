@@ -124,7 +124,7 @@ public:
         else
             ::io_uring_submit(&ring_);
         std::size_t n = 0;
-        std::vector<std::pair<int, std::uint64_t>> rearm;
+        rearm_.clear();
         while (n < out.size() && ::io_uring_peek_cqe(&ring_, &cqe) == 0) {
             const std::uint64_t key = ::io_uring_cqe_get_data64(cqe);
             const int res = cqe->res;
@@ -140,9 +140,9 @@ public:
             // A multishot poll that ended (error, overflow, or replaced by
             // modify) is armed again if the fd is still watched.
             if (!more && res != -ECANCELED)
-                rearm.emplace_back(it->second.fd, key);
+                rearm_.emplace_back(it->second.fd, key);
         }
-        for (const auto &[fd, key] : rearm) {
+        for (const auto &[fd, key] : rearm_) {
             auto it = watched_.find(key);
             if (it != watched_.end())
                 arm(fd, key, it->second.events);
@@ -179,6 +179,7 @@ private:
 
     io_uring ring_{};
     std::unordered_map<std::uint64_t, Watch> watched_;
+    std::vector<std::pair<int, std::uint64_t>> rearm_; // reused by wait
 };
 
 } // namespace

@@ -6,6 +6,7 @@
 // holds up small ones.  The protocol is described in docs/bmi.md.
 #include "tcp.hpp"
 
+#include "../../core/ring.hpp"
 #include "engine.hpp"
 #include "frame.hpp"
 
@@ -201,7 +202,7 @@ struct Conn {
     bool write_blocked = false; // the socket returned EAGAIN on the last write
     bool closed = true;
     std::uint32_t events = 0;
-    std::deque<TxItem> tx;
+    RingQueue<TxItem> tx;
     // receive side
     std::vector<std::byte> stage = std::vector<std::byte>(stage_size);
     std::size_t rb = 0;
@@ -323,6 +324,7 @@ private:
     std::vector<std::uint32_t> to_parse_; // connections with staged bytes to retry
     std::vector<std::uint32_t> dirty_;    // connections with frames queued meanwhile
     std::vector<std::uint32_t> unread_;   // connections left with unread input
+    std::vector<std::uint32_t> scratch_;  // reused by progress: no allocation per call
 };
 
 constexpr std::uint64_t listener_bit = std::uint64_t{1} << 63U;
@@ -1492,12 +1494,12 @@ void TcpMethod::progress(int timeout_ms)
 {
     // Connections whose budget freed up, or that were left with unread
     // input, are served before sleeping.
-    std::vector<std::uint32_t> retry;
-    retry.swap(to_parse_);
-    for (const std::uint32_t c : unread_)
-        retry.push_back(c);
+    scratch_.clear();
+    scratch_.insert(scratch_.end(), to_parse_.begin(), to_parse_.end());
+    scratch_.insert(scratch_.end(), unread_.begin(), unread_.end());
+    to_parse_.clear();
     unread_.clear();
-    for (const std::uint32_t c : retry) {
+    for (const std::uint32_t c : scratch_) {
         Conn &k = *conns_[c];
         if (k.closed || k.paused)
             continue;
@@ -1543,9 +1545,9 @@ void TcpMethod::progress(int timeout_ms)
     // Frames queued while handling input (CTS, data chunks, ...) go out now
     // rather than after another trip through the engine.
     while (!dirty_.empty()) {
-        std::vector<std::uint32_t> dirty;
-        dirty.swap(dirty_);
-        for (const std::uint32_t c : dirty) {
+        scratch_.swap(dirty_); // both keep their capacity
+        dirty_.clear();
+        for (const std::uint32_t c : scratch_) {
             if (!conns_[c]->closed && !conns_[c]->tx.empty())
                 flush(c);
         }
