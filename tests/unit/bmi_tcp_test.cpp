@@ -563,6 +563,28 @@ BMI_TEST(bad_addresses)
     ATF_REQUIRE_THROW(std::system_error, bmi::Bmi(server_options("tcp://256.1.1.1:0")));
 }
 
+BMI_TEST(drop_addr)
+{
+    Pair p;
+    p.hello();
+    // Dropping the peer ends its ops at once and closes its connections.
+    int x = 0;
+    const bmi::Post r = p.client.post_recv(p.to_server, &x, sizeof x, 21, nullptr, p.cctx);
+    ATF_REQUIRE_EQ(p.client.set_info(bmi::Info::drop_addr, p.to_server), 0);
+    bmi::Completion c;
+    ATF_REQUIRE(p.client.test(r.op, c, 0));
+    ATF_REQUIRE_EQ(c.error, -ECONNRESET);
+    ATF_REQUIRE_EQ(p.client.get_info(bmi::Info::open_connections), 0U);
+    // The next post reconnects.
+    const int v = 3;
+    finish(p.client, p.client.post_sendunexpected(p.to_server, &v, sizeof v, 22, nullptr, p.cctx),
+           p.server);
+    const bmi::UnexpectedMessage u = wait_unexpected(p.server, p.client);
+    ATF_REQUIRE_EQ(u.tag(), 22);
+    ATF_REQUIRE_EQ(p.client.set_info(bmi::Info::drop_addr, 12345), -EINVAL);
+    ATF_REQUIRE_EQ(p.client.set_info(bmi::Info::eager_limit, 1), -EINVAL);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, unexpected_flow_epoll);
@@ -591,4 +613,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, idle_timeout_uring);
     ATF_ADD_TEST_CASE(tcs, bad_addresses_epoll);
     ATF_ADD_TEST_CASE(tcs, bad_addresses_uring);
+    ATF_ADD_TEST_CASE(tcs, drop_addr_epoll);
+    ATF_ADD_TEST_CASE(tcs, drop_addr_uring);
 }
