@@ -3,6 +3,7 @@
 #include "core.hpp"
 
 #include "../methods/tcp/tcp.hpp"
+#include "pvfs/gossip.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -146,6 +147,13 @@ constexpr OpId make_id(std::uint32_t generation, std::uint32_t index)
 
 Core::Core(const Options &options)
 {
+    // PVFS_DEBUG=bmi,tcp turns on BMI's debug log in any program using it.
+    static const bool env_read = [] {
+        if (const auto st = pvfs::gossip::configure_from_env(); !st.ok())
+            pvfs::gossip::warning(pvfs::gossip::Mask::bmi, "PVFS_DEBUG: {}", st.error);
+        return true;
+    }();
+    (void)env_read;
     methods_.push_back(tcp::make_method(*this, options.tcp_engine));
     contexts_.emplace_back(); // context 0 is never handed out
     for (const std::string &url : options.listen) {

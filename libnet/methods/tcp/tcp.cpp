@@ -9,6 +9,7 @@
 #include "../../core/ring.hpp"
 #include "engine.hpp"
 #include "frame.hpp"
+#include "pvfs/gossip.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -31,6 +32,8 @@
 #include <utility>
 
 namespace bmi::tcp {
+
+namespace gossip = pvfs::gossip;
 
 namespace {
 
@@ -70,28 +73,6 @@ std::string errno_text(int err)
 {
     const char *text = strerrordesc_np(err);
     return text != nullptr ? text : "errno " + std::to_string(err);
-}
-
-void log_error(const std::string &msg)
-{
-    // Replaced by gossip once the logging component lands.
-    std::fprintf(stderr, "bmi tcp: %s\n", msg.c_str());
-}
-
-bool debug_enabled()
-{
-    static const bool on = [] {
-        const char *env =
-            std::getenv("BMI_DEBUG"); // NOLINT(concurrency-mt-unsafe): once, at first use
-        return env != nullptr && *env != '\0' && std::strcmp(env, "0") != 0;
-    }();
-    return on;
-}
-
-void log_debug(const std::string &msg)
-{
-    if (debug_enabled())
-        std::fprintf(stderr, "bmi tcp debug: %s\n", msg.c_str());
 }
 
 // Splits "host:port" or "[v6]:port".
@@ -511,7 +492,7 @@ int TcpMethod::connect_peer(Peer &p)
     if (!k.connecting)
         on_connected(c);
     update_events(c);
-    log_debug("connecting to " + p.hostport);
+    gossip::debug(gossip::Mask::tcp, "connecting to {}", p.hostport);
     return 0;
 }
 
@@ -551,7 +532,7 @@ void TcpMethod::accept_all()
                                   SOCK_NONBLOCK | SOCK_CLOEXEC));
             if (!fd.valid()) {
                 if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                    log_error(std::string("accept: ") + errno_text(errno));
+                    gossip::error(gossip::Mask::tcp, "accept: {}", errno_text(errno));
                 break;
             }
             tune_socket(fd.get());
@@ -570,9 +551,9 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
     if (!why.empty()) {
         const std::string who = k.peer != no_addr ? core_.url_of(k.peer) : "an unidentified peer";
         if (error == -EPROTO)
-            log_error("closing connection to " + who + ": " + std::string(why));
+            gossip::error(gossip::Mask::tcp, "closing connection to {}: {}", who, why);
         else
-            log_debug("closing connection to " + who + ": " + std::string(why));
+            gossip::debug(gossip::Mask::tcp, "closing connection to {}: {}", who, why);
     }
     engine_->remove(k.fd.get(), event_key(c, k.generation));
     k.fd.reset();
