@@ -75,6 +75,27 @@ std::string errno_text(int err)
     return text != nullptr ? text : "errno " + std::to_string(err);
 }
 
+// Describes bytes [skip, skip + left) of a buffer list as iovecs, as many
+// as fit in out.  Returns the count; left becomes what did not fit.
+std::size_t map_iov(const std::vector<MutableBuffer> &bufs, std::size_t skip, std::size_t &left,
+                    std::span<iovec> out)
+{
+    std::size_t n = 0;
+    for (const MutableBuffer &b : bufs) {
+        if (left == 0 || n == out.size())
+            break;
+        if (skip >= b.size) {
+            skip -= b.size;
+            continue;
+        }
+        const std::size_t take = std::min(b.size - skip, left);
+        out[n++] = iovec{static_cast<std::byte *>(b.data) + skip, take};
+        left -= take;
+        skip = 0;
+    }
+    return n;
+}
+
 // Splits "host:port" or "[v6]:port".
 bool split_hostport(std::string_view hp, std::string &host, std::string &port)
 {
@@ -908,18 +929,7 @@ bool TcpMethod::flush(std::uint32_t c)
                 iov[n++] = iovec{const_cast<std::byte *>(it.own.data() + it.sent), left}; // NOLINT
                 continue;
             }
-            for (const MutableBuffer &b : op(it.op).bufs) {
-                if (left == 0 || n == max_iov)
-                    break;
-                if (skip >= b.size) {
-                    skip -= b.size;
-                    continue;
-                }
-                const std::size_t take = std::min(b.size - skip, left);
-                iov[n++] = iovec{static_cast<std::byte *>(b.data) + skip, take};
-                left -= take;
-                skip = 0;
-            }
+            n += map_iov(op(it.op).bufs, skip, left, std::span(iov).subspan(n));
             if (left != 0)
                 break; // out of iovecs inside this item
         }
@@ -1412,21 +1422,8 @@ bool TcpMethod::handle_readable(std::uint32_t c)
         if (direct) {
             // Large payloads go straight into the receive buffer.
             std::array<iovec, max_iov> iov{};
-            std::size_t n = 0;
-            std::size_t skip = k.sink_off;
             std::size_t left = k.payload_left;
-            for (const MutableBuffer &b : op(k.sink_op).bufs) {
-                if (left == 0 || n == max_iov)
-                    break;
-                if (skip >= b.size) {
-                    skip -= b.size;
-                    continue;
-                }
-                const std::size_t take = std::min(b.size - skip, left);
-                iov[n++] = iovec{static_cast<std::byte *>(b.data) + skip, take};
-                left -= take;
-                skip = 0;
-            }
+            const std::size_t n = map_iov(op(k.sink_op).bufs, k.sink_off, left, iov);
             r = ::readv(k.fd.get(), iov.data(), static_cast<int>(n));
         } else {
             if (k.rb == k.re) {
