@@ -9,15 +9,14 @@
 // parent prints every result line; children report to it over their socket
 // and die with it (PR_SET_PDEATHSIG).
 #include "driver.hpp"
+#include "process.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,71 +71,6 @@ public:
 private:
     int fd_ = -1;
 };
-
-// A fork()ed child: killed and reaped if still running when destroyed, so
-// that no error path leaves a peer behind.
-class child_process {
-public:
-    explicit child_process(pid_t pid) noexcept : pid_(pid) {}
-    child_process(const child_process &) = delete;
-    child_process &operator=(const child_process &) = delete;
-    child_process(child_process &&other) noexcept : pid_(std::exchange(other.pid_, -1)) {}
-    child_process &operator=(child_process &&) = delete;
-    ~child_process()
-    {
-        if (pid_ > 0) {
-            ::kill(pid_, SIGKILL);
-            ::waitpid(pid_, nullptr, 0);
-        }
-    }
-    // Waits for the child; throws unless it exited with status 0.
-    void join(const std::string &what)
-    {
-        int status = 0;
-        pid_t got = -1;
-        while ((got = ::waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
-        }
-        if (got < 0)
-            fail_errno("waitpid " + what);
-        pid_ = -1;
-        if (WIFSIGNALED(status))
-            throw std::runtime_error(what + " killed by signal " +
-                                     std::to_string(WTERMSIG(status)));
-        if (WEXITSTATUS(status) != 0)
-            throw std::runtime_error(what + " exited with status " +
-                                     std::to_string(WEXITSTATUS(status)));
-    }
-
-private:
-    pid_t pid_;
-};
-
-// Runs body() in a child process that dies with its parent; the child
-// never returns from here and never runs its copy of the parent's
-// destructors (it leaves with _exit).
-template <typename Body> child_process spawn(const std::string &what, Body &&body)
-{
-    std::fflush(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0)
-        fail_errno("fork " + what);
-    if (pid == 0) {
-        int status = 1;
-        if (::prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && ::getppid() == parent) {
-            try {
-                std::forward<Body>(body)();
-                status = 0;
-            } catch (const std::exception &e) {
-                bench::error(what + ": " + e.what());
-            } catch (...) {
-                bench::error(what + ": unknown exception");
-            }
-        }
-        ::_exit(status);
-    }
-    return child_process(pid);
-}
 
 void set_nodelay(int fd)
 {
@@ -276,7 +210,7 @@ void run_bw(const bench::options &o)
 {
     std::uint16_t port = 0;
     unique_fd listener = listen_loopback(1, port);
-    child_process receiver = spawn("receiver", [&] {
+    bench::child_process receiver = bench::spawn("receiver", [&] {
         listener.reset();
         const unique_fd fd = connect_loopback(port);
         bw_receiver(fd.get(), o);
@@ -328,7 +262,7 @@ void run_lat(const bench::options &o)
 {
     std::uint16_t port = 0;
     unique_fd listener = listen_loopback(1, port);
-    child_process echo = spawn("echo", [&] {
+    bench::child_process echo = bench::spawn("echo", [&] {
         listener.reset();
         const unique_fd fd = connect_loopback(port);
         lat_echo(fd.get(), o);
@@ -547,10 +481,10 @@ void run_m2o(const bench::options &o)
 {
     std::uint16_t port = 0;
     unique_fd listener = listen_loopback(static_cast<int>(o.clients), port);
-    std::vector<child_process> clients;
+    std::vector<bench::child_process> clients;
     clients.reserve(o.clients);
     for (unsigned k = 0; k < o.clients; ++k) {
-        clients.push_back(spawn("client", [&] {
+        clients.push_back(bench::spawn("client", [&] {
             listener.reset();
             const unique_fd fd = connect_loopback(port);
             m2o_client(fd.get(), o);

@@ -67,6 +67,9 @@ enum class Info : std::uint8_t {
                            // before reading from it pauses (1 MiB)
     idle_timeout_ms,       // an op without progress this long fails (30000)
     keepalive_ms,          // TCP keepalive idle time (10000)
+    spin_us,               // a test* call that must wait polls this long
+                           // before it sleeps on the method fds (50; 0 to
+                           // never poll; at most 10000)
     drop_addr,             // set: close the connections to this Addr now;
                            // its ops fail with -ECONNRESET
     engine,                // get: 1 epoll, 2 io_uring (env BMI_TCP_ENGINE)

@@ -398,6 +398,26 @@ int Core::sleep_budget(Clock::time_point deadline)
     return static_cast<int>(std::min<long long>(left + 1, 1000));
 }
 
+Core::WaitWindow Core::wait_window(int max_idle_ms) const
+{
+    const auto now = Clock::now();
+    const auto idle = std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    const auto deadline = now + idle;
+    return {deadline, std::min(deadline, now + limits.spin)};
+}
+
+bool Core::idle_step(const WaitWindow &w)
+{
+    const int budget = sleep_budget(w.deadline);
+    if (budget == 0)
+        return false;
+    // Polling first: a reply that comes within microseconds is seen
+    // without paying for a sleep and a wake-up, which cost more than the
+    // message itself on loopback and on fast networks.
+    progress(Clock::now() < w.spin_until ? 0 : budget);
+    return true;
+}
+
 void Core::expire_idle_ops()
 {
     const auto limit = Clock::now() - limits.idle_timeout;
@@ -427,13 +447,11 @@ bool Core::test(OpId id, Completion &out, int max_idle_ms)
         out = Completion{id, -EINVAL, 0, nullptr, no_addr, 0};
         return true;
     }
-    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    const WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     while (ops[i].state != OpState::done) {
-        const int budget = sleep_budget(deadline);
-        if (budget == 0)
+        if (!idle_step(window))
             return false;
-        progress(budget);
     }
     out = reap(i);
     return true;
@@ -441,7 +459,7 @@ bool Core::test(OpId id, Completion &out, int max_idle_ms)
 
 std::size_t Core::testsome(std::span<const OpId> ids, std::vector<Completion> &out, int max_idle_ms)
 {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    const WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     for (;;) {
         std::size_t n = 0;
@@ -454,10 +472,8 @@ std::size_t Core::testsome(std::span<const OpId> ids, std::vector<Completion> &o
         }
         if (n > 0)
             return n;
-        const int budget = sleep_budget(deadline);
-        if (budget == 0)
+        if (!idle_step(window))
             return 0;
-        progress(budget);
     }
 }
 
@@ -465,7 +481,7 @@ std::size_t Core::testcontext(ContextId ctx, std::span<Completion> out, int max_
 {
     if (ctx == 0 || ctx >= contexts_.size() || !contexts_[ctx].open || out.empty())
         return 0;
-    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    const WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     for (;;) {
         std::size_t n = 0;
@@ -474,17 +490,15 @@ std::size_t Core::testcontext(ContextId ctx, std::span<Completion> out, int max_
             out[n++] = reap(done.front());
         if (n > 0)
             return n;
-        const int budget = sleep_budget(deadline);
-        if (budget == 0)
+        if (!idle_step(window))
             return 0;
-        progress(budget);
     }
 }
 
 std::size_t Core::testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
                                  int max_idle_ms)
 {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(max_idle_ms, 0));
+    const WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     for (;;) {
         std::size_t n = 0;
@@ -495,10 +509,8 @@ std::size_t Core::testunexpected(std::vector<UnexpectedMessage> &out, std::size_
         }
         if (n > 0 || max == 0)
             return n;
-        const int budget = sleep_budget(deadline);
-        if (budget == 0)
+        if (!idle_step(window))
             return 0;
-        progress(budget);
     }
 }
 
@@ -540,6 +552,11 @@ int Core::set_info(Info key, std::uint64_t value)
             return -EINVAL;
         limits.keepalive = std::chrono::milliseconds(value);
         return 0;
+    case Info::spin_us:
+        if (value > 10000)
+            return -EINVAL;
+        limits.spin = std::chrono::microseconds(value);
+        return 0;
     case Info::drop_addr:
         if (value == no_addr || value > addrs_.size())
             return -EINVAL;
@@ -565,6 +582,8 @@ std::uint64_t Core::get_info(Info key) const
         return static_cast<std::uint64_t>(limits.idle_timeout.count());
     case Info::keepalive_ms:
         return static_cast<std::uint64_t>(limits.keepalive.count());
+    case Info::spin_us:
+        return static_cast<std::uint64_t>(limits.spin.count());
     case Info::engine:
         return methods_[0]->engine();
     case Info::open_connections: {

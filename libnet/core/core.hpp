@@ -117,6 +117,8 @@ struct Limits {
     std::size_t unexpected_peer_bytes = std::size_t{1024} * 1024;
     std::chrono::milliseconds idle_timeout{30000};
     std::chrono::milliseconds keepalive{10000};
+    // How long a test* call polls before it sleeps (see Info::spin_us).
+    std::chrono::microseconds spin{50};
 };
 
 // Delivers unexpected messages; shared with the messages so that freeing one
@@ -198,6 +200,15 @@ private:
     void expire_idle_ops();
     [[nodiscard]] Method &method_of(std::uint32_t i) { return *addrs_[ops[i].peer - 1].method; }
     [[nodiscard]] static int sleep_budget(Clock::time_point deadline);
+    // The deadline of a test* call and the end of its polling phase.
+    struct WaitWindow {
+        Clock::time_point deadline;
+        Clock::time_point spin_until;
+    };
+    [[nodiscard]] WaitWindow wait_window(int max_idle_ms) const;
+    // One round of waiting: polls the methods without sleeping before
+    // spin_until, sleeps on their fds after.  False once the deadline passed.
+    bool idle_step(const WaitWindow &w);
 
     std::vector<std::unique_ptr<Method>> methods_;
     std::vector<AddrEntry> addrs_; // Addr n is addrs_[n - 1]

@@ -1418,12 +1418,14 @@ bool TcpMethod::handle_readable(std::uint32_t c)
         if (k.closed || k.paused)
             return true;
         ssize_t r = 0;
+        std::size_t asked = 0;
         const bool direct = k.sink == Sink::op && k.rb == k.re && k.payload_left >= direct_read_min;
         if (direct) {
             // Large payloads go straight into the receive buffer.
             std::array<iovec, max_iov> iov{};
             std::size_t left = k.payload_left;
             const std::size_t n = map_iov(op(k.sink_op).bufs, k.sink_off, left, iov);
+            asked = k.payload_left - left;
             r = ::readv(k.fd.get(), iov.data(), static_cast<int>(n));
         } else {
             if (k.rb == k.re) {
@@ -1433,7 +1435,8 @@ bool TcpMethod::handle_readable(std::uint32_t c)
                 k.re -= k.rb;
                 k.rb = 0;
             }
-            r = ::recv(k.fd.get(), k.stage.data() + k.re, k.stage.size() - k.re, 0);
+            asked = k.stage.size() - k.re;
+            r = ::recv(k.fd.get(), k.stage.data() + k.re, asked, 0);
         }
         if (r == 0) {
             close_conn(c, -ECONNRESET, "peer closed the connection");
@@ -1459,9 +1462,13 @@ bool TcpMethod::handle_readable(std::uint32_t c)
         }
         if (!parse(c))
             return true;
-        // A short read under level-triggered readiness means the socket is
-        // drained; epoll will say so again if not.  An edge-triggered engine
-        // needs the EAGAIN.
+        // A read shorter than asked emptied the socket's queue: data that
+        // comes later wakes the engine again (epoll: level-triggered;
+        // io_uring: the multishot poll posts a completion per wake-up), so
+        // the EAGAIN read is not needed.  Under level-triggered readiness
+        // any small read may stop here: epoll reports what is left.
+        if (got < asked)
+            return true;
         if (engine_->level_triggered() && !direct && got < stage_size / 2)
             return true;
     }

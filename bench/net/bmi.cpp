@@ -1,0 +1,585 @@
+// net-bmi: the network benchmark on BMI's TCP method (bench/net/DRIVERS.md),
+// one executable for the drivers bmi-epoll and bmi-uring (--engine).
+//
+// The parent opens a server Bmi listening on tcp://127.0.0.1:0 and fork()s
+// its peers, each with a client Bmi of its own created after the fork.  A
+// peer introduces itself with an unexpected "hello" carrying its index, so
+// the parent learns its address the way pvfs-server learns a client's.  The
+// patterns use BMI as pvfs will: a window of posted sends and receives for
+// bw, send/receive pairs for lat, and for m2o unexpected requests answered
+// with expected replies whose receive the client posts before asking.
+#include "driver.hpp"
+#include "process.hpp"
+
+#include <bmi/bmi.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+// Tags: one per kind of message, so that each kind is ordered on its own.
+constexpr bmi::Tag tag_hello = 1;   // unexpected, peer -> parent: its index
+constexpr bmi::Tag tag_data = 2;    // bw: the stream; lat: ping and pong
+constexpr bmi::Tag tag_ack = 3;     // bw: receiver -> sender
+constexpr bmi::Tag tag_go = 4;      // m2o: parent -> client, starts a point
+constexpr bmi::Tag tag_request = 5; // m2o: unexpected, client -> parent
+constexpr bmi::Tag tag_reply = 6;   // m2o: parent -> client
+
+// A test* call sleeps at most this long before its caller looks again; the
+// driver's --timeout bounds the whole run, BMI's idle timeout each op.
+constexpr int poll_ms = 1000;
+
+std::vector<std::byte> filled(std::size_t size, std::byte pattern)
+{
+    std::vector<std::byte> buf(size, pattern); // touched now, not while timing
+    return buf;
+}
+
+std::string error_text(int error)
+{
+    return std::system_category().message(-error) + " (" + std::to_string(-error) + ")";
+}
+
+// One Bmi with a context for the streamed ops (reaped with testcontext)
+// and one for single ops (waited for one by one).
+class endpoint {
+public:
+    endpoint(const std::string &engine, bool server) : bmi_(options(engine, server))
+    {
+        stream_ = bmi_.open_context();
+        single_ = bmi_.open_context();
+    }
+
+    [[nodiscard]] bmi::Bmi &bmi() noexcept { return bmi_; }
+    [[nodiscard]] bmi::ContextId stream() const noexcept { return stream_; }
+    [[nodiscard]] bmi::ContextId single() const noexcept { return single_; }
+
+    bmi::Addr lookup(const std::string &url)
+    {
+        int error = 0;
+        const bmi::Addr addr = bmi_.addr_lookup(url, &error);
+        if (addr == bmi::no_addr)
+            throw std::runtime_error("addr_lookup " + url + ": " + error_text(error));
+        return addr;
+    }
+
+    // Waits for a post to finish; returns the bytes moved.
+    std::size_t wait(const bmi::Post &post, const char *what)
+    {
+        if (!post.ok())
+            throw std::runtime_error(std::string(what) + ": post failed: " +
+                                     error_text(post.error));
+        if (post.completed)
+            return post.actual_size;
+        bmi::Completion c;
+        while (!bmi_.test(post.op, c, poll_ms)) {
+        }
+        if (c.error != 0)
+            throw std::runtime_error(std::string(what) + ": " + error_text(c.error));
+        return c.actual_size;
+    }
+
+    template <typename T> void send_value(bmi::Addr peer, const T &value, bmi::Tag tag)
+    {
+        wait(bmi_.post_send(peer, &value, sizeof value, tag, nullptr, single_), "send");
+    }
+
+    template <typename T> T recv_value(bmi::Addr peer, bmi::Tag tag)
+    {
+        T value{};
+        if (wait(bmi_.post_recv(peer, &value, sizeof value, tag, nullptr, single_), "recv") !=
+            sizeof value)
+            throw std::runtime_error("recv: short message");
+        return value;
+    }
+
+    // Reaps finished ops of the stream context; throws on a failed one.
+    std::size_t reap(std::span<bmi::Completion> out, int max_idle_ms, const char *what)
+    {
+        const std::size_t n = bmi_.testcontext(stream_, out, max_idle_ms);
+        for (const bmi::Completion &c : out.first(n))
+            if (c.error != 0)
+                throw std::runtime_error(std::string(what) + ": " + error_text(c.error));
+        return n;
+    }
+
+private:
+    static bmi::Options options(const std::string &engine, bool server)
+    {
+        bmi::Options o;
+        o.tcp_engine = engine;
+        if (server) {
+            o.role = bmi::Role::server;
+            o.listen = {"tcp://127.0.0.1:0"};
+        }
+        return o;
+    }
+
+    bmi::Bmi bmi_;
+    bmi::ContextId stream_ = 0;
+    bmi::ContextId single_ = 0;
+};
+
+// The parent's side of the introductions: the address of each peer, by the
+// index it announced.
+std::vector<bmi::Addr> collect_hellos(endpoint &ep, unsigned peers)
+{
+    std::vector<bmi::Addr> addrs(peers, bmi::no_addr);
+    std::vector<bmi::UnexpectedMessage> msgs;
+    unsigned seen = 0;
+    while (seen < peers) {
+        msgs.clear();
+        ep.bmi().testunexpected(msgs, peers, poll_ms);
+        for (const bmi::UnexpectedMessage &m : msgs) {
+            std::uint32_t index = 0;
+            if (m.tag() != tag_hello || m.data().size() != sizeof index)
+                throw std::runtime_error("unexpected message before every peer said hello");
+            std::memcpy(&index, m.data().data(), sizeof index);
+            if (index >= peers || addrs[index] != bmi::no_addr)
+                throw std::runtime_error("bad hello from peer " + std::to_string(index));
+            addrs[index] = m.peer();
+            ++seen;
+        }
+    }
+    return addrs;
+}
+
+// A peer's side: its client Bmi, the parent's address, and its hello.
+struct peer_link {
+    endpoint ep;
+    bmi::Addr parent;
+
+    peer_link(const std::string &engine, const std::string &parent_url, std::uint32_t index)
+        : ep(engine, false), parent(ep.lookup(parent_url))
+    {
+        ep.wait(ep.bmi().post_sendunexpected(parent, &index, sizeof index, tag_hello, nullptr,
+                                             ep.single()),
+                "hello");
+    }
+};
+
+// ---- bw: parent sends, child receives ---------------------------------------
+
+// Sends `count` messages of msg keeping at most `window` outstanding.
+void send_stream(endpoint &ep, bmi::Addr peer, std::span<const std::byte> msg, std::uint64_t count,
+                 std::size_t window, std::vector<bmi::Completion> &done)
+{
+    std::uint64_t posted = 0;
+    std::uint64_t finished = 0;
+    std::size_t outstanding = 0;
+    while (finished < count) {
+        while (posted < count && outstanding < window) {
+            const bmi::Post p =
+                ep.bmi().post_send(peer, msg.data(), msg.size(), tag_data, nullptr, ep.stream());
+            if (!p.ok())
+                throw std::runtime_error("post_send: " + error_text(p.error));
+            ++posted;
+            if (p.completed)
+                ++finished;
+            else
+                ++outstanding;
+        }
+        if (outstanding > 0) {
+            const std::size_t n = ep.reap(done, poll_ms, "send");
+            outstanding -= n;
+            finished += n;
+        }
+    }
+}
+
+// Receives `count` messages of `size` into the window's buffers, keeping
+// every free buffer posted.
+void recv_stream(endpoint &ep, bmi::Addr peer, std::vector<std::vector<std::byte>> &bufs,
+                 std::size_t size, std::uint64_t count, std::vector<bmi::Completion> &done)
+{
+    std::vector<std::size_t> free_slots(bufs.size());
+    for (std::size_t i = 0; i < bufs.size(); ++i)
+        free_slots[i] = bufs.size() - 1 - i;
+    std::uint64_t posted = 0;
+    std::uint64_t finished = 0;
+    const auto check = [size](std::size_t actual) {
+        if (actual != size)
+            throw std::runtime_error("received " + std::to_string(actual) + " bytes, expected " +
+                                     std::to_string(size));
+    };
+    while (finished < count) {
+        while (posted < count && !free_slots.empty()) {
+            const std::size_t slot = free_slots.back();
+            // NOLINTNEXTLINE(performance-no-int-to-ptr): the slot rides in user_ptr
+            auto *user = reinterpret_cast<void *>(slot);
+            const bmi::Post p =
+                ep.bmi().post_recv(peer, bufs[slot].data(), size, tag_data, user, ep.stream());
+            if (!p.ok())
+                throw std::runtime_error("post_recv: " + error_text(p.error));
+            ++posted;
+            if (p.completed) {
+                check(p.actual_size);
+                ++finished;
+            } else {
+                free_slots.pop_back();
+            }
+        }
+        if (finished < count) {
+            const std::size_t n = ep.reap(done, poll_ms, "recv");
+            for (const bmi::Completion &c : std::span(done).first(n)) {
+                check(c.actual_size);
+                // NOLINTNEXTLINE(performance-no-int-to-ptr): the slot rides in user_ptr
+                free_slots.push_back(reinterpret_cast<std::uintptr_t>(c.user_ptr));
+            }
+            finished += n;
+        }
+    }
+}
+
+void bw_receiver(const std::string &engine, const std::string &parent_url,
+                 const bench::options &o)
+{
+    peer_link link(engine, parent_url, 0);
+    endpoint &ep = link.ep;
+    std::vector<bmi::Completion> done(o.window);
+    for (unsigned rep = 0; rep < o.reps; ++rep) {
+        for (const std::size_t size : o.sizes) {
+            const std::size_t window = o.window_for(size);
+            const std::uint64_t msgs = o.messages_for(size);
+            std::vector<std::vector<std::byte>> bufs(window, filled(size, std::byte{0xa5}));
+            done.resize(std::max(done.size(), window));
+            recv_stream(ep, link.parent, bufs, size, std::min<std::uint64_t>(window, msgs), done);
+            ep.send_value<std::int64_t>(link.parent, 0, tag_ack);
+            const double cpu0 = bench::cpu_seconds();
+            recv_stream(ep, link.parent, bufs, size, msgs, done);
+            const double cpu = bench::cpu_seconds() - cpu0;
+            ep.send_value<std::int64_t>(link.parent, static_cast<std::int64_t>(cpu * 1e9),
+                                        tag_ack);
+        }
+    }
+}
+
+void run_bw(endpoint &ep, const std::string &engine, const bench::options &o)
+{
+    const std::string url = ep.bmi().listen_addresses().at(0);
+    bench::child_process receiver =
+        bench::spawn("receiver", [&] { bw_receiver(engine, url, o); });
+    const bmi::Addr peer = collect_hellos(ep, 1).at(0);
+
+    const std::vector<std::byte> buf = filled(o.largest(), std::byte{0x5a});
+    std::vector<bmi::Completion> done(o.window);
+    for (unsigned rep = 0; rep < o.reps; ++rep) {
+        for (const std::size_t size : o.sizes) {
+            const std::size_t window = o.window_for(size);
+            const std::uint64_t msgs = o.messages_for(size);
+            done.resize(std::max(done.size(), window));
+            const auto msg = std::span(buf).first(size);
+            send_stream(ep, peer, msg, std::min<std::uint64_t>(window, msgs), window, done);
+            ep.recv_value<std::int64_t>(peer, tag_ack);
+
+            std::int64_t peer_cpu_ns = 0;
+            const bmi::Post ack = ep.bmi().post_recv(peer, &peer_cpu_ns, sizeof peer_cpu_ns,
+                                                     tag_ack, nullptr, ep.single());
+            const double t0 = bench::now();
+            const double cpu0 = bench::cpu_seconds();
+            send_stream(ep, peer, msg, msgs, window, done);
+            ep.wait(ack, "ack");
+            const double seconds = bench::now() - t0;
+            const double cpu =
+                bench::cpu_seconds() - cpu0 + static_cast<double>(peer_cpu_ns) * 1e-9;
+            bench::report_bw(size, rep, window, msgs, seconds, cpu);
+        }
+    }
+    receiver.join("receiver");
+}
+
+// ---- lat: parent pings, child echoes -----------------------------------------
+
+void lat_echo(const std::string &engine, const std::string &parent_url, const bench::options &o)
+{
+    peer_link link(engine, parent_url, 0);
+    endpoint &ep = link.ep;
+    std::vector<std::byte> ping = filled(o.largest(), std::byte{0xa5});
+    const std::vector<std::byte> pong = filled(o.largest(), std::byte{0x5a});
+    for (unsigned rep = 0; rep < o.reps; ++rep) {
+        for (const std::size_t size : o.sizes) {
+            for (unsigned i = 0; i < o.warmup + o.iters; ++i) {
+                if (ep.wait(ep.bmi().post_recv(link.parent, ping.data(), size, tag_data, nullptr,
+                                               ep.single()),
+                            "recv ping") != size)
+                    throw std::runtime_error("short ping");
+                ep.wait(ep.bmi().post_send(link.parent, pong.data(), size, tag_data, nullptr,
+                                           ep.single()),
+                        "send pong");
+            }
+        }
+    }
+}
+
+void run_lat(endpoint &ep, const std::string &engine, const bench::options &o)
+{
+    const std::string url = ep.bmi().listen_addresses().at(0);
+    bench::child_process echo = bench::spawn("echo", [&] { lat_echo(engine, url, o); });
+    const bmi::Addr peer = collect_hellos(ep, 1).at(0);
+
+    const std::vector<std::byte> ping = filled(o.largest(), std::byte{0x5a});
+    std::vector<std::byte> pong = filled(o.largest(), std::byte{0xa5});
+    for (unsigned rep = 0; rep < o.reps; ++rep) {
+        for (const std::size_t size : o.sizes) {
+            double t0 = bench::now();
+            for (unsigned i = 0; i < o.warmup + o.iters; ++i) {
+                if (i == o.warmup)
+                    t0 = bench::now();
+                // The receive is posted first, so the pong never waits in
+                // BMI's buffers for it.
+                const bmi::Post r =
+                    ep.bmi().post_recv(peer, pong.data(), size, tag_data, nullptr, ep.single());
+                ep.wait(ep.bmi().post_send(peer, ping.data(), size, tag_data, nullptr, ep.single()),
+                        "send ping");
+                if (ep.wait(r, "recv pong") != size)
+                    throw std::runtime_error("short pong");
+            }
+            bench::report_lat(size, rep, o.iters, bench::now() - t0);
+        }
+    }
+    echo.join("echo");
+}
+
+// ---- m2o: parent serves, children are clients --------------------------------
+
+// A request is o.request bytes starting with this header; a client ends
+// each point with a "bye" request that carries its count and time.
+enum : std::uint32_t { op_request = 1, op_bye = 2 };
+struct request_header {
+    std::uint32_t op;
+    std::uint32_t client;
+    std::uint64_t iters;
+    std::uint64_t nanoseconds;
+};
+
+// The parent sends every client its sequence number ("go") before each
+// point; the clients start their clocks when it arrives.
+using go_message = std::uint32_t;
+
+void m2o_client(const std::string &engine, const std::string &parent_url, std::uint32_t index,
+                const bench::options &o)
+{
+    peer_link link(engine, parent_url, index);
+    endpoint &ep = link.ep;
+    bmi::Bmi &b = ep.bmi();
+    std::vector<std::byte> request = filled(o.request, std::byte{0x5a});
+    std::vector<std::byte> reply = filled(o.largest(), std::byte{0xa5});
+    const auto put_header = [&](const request_header &h) {
+        std::memcpy(request.data(), &h, sizeof h);
+    };
+    go_message seq = 0;
+    for (unsigned rep = 0; rep < o.reps; ++rep) {
+        for (const std::size_t reply_size : o.replies) {
+            if (const auto go = ep.recv_value<go_message>(link.parent, tag_go); go != seq)
+                throw std::runtime_error("out of step: go " + std::to_string(go) + ", expected " +
+                                         std::to_string(seq));
+            put_header({op_request, index, 0, 0});
+            const double start = bench::now();
+            double elapsed = 0;
+            std::uint64_t iters = 0;
+            do {
+                const bmi::Post r = b.post_recv(link.parent, reply.data(), reply_size, tag_reply,
+                                                nullptr, ep.single());
+                ep.wait(b.post_sendunexpected(link.parent, request.data(), request.size(),
+                                              tag_request, nullptr, ep.single()),
+                        "send request");
+                if (ep.wait(r, "recv reply") != reply_size)
+                    throw std::runtime_error("short reply");
+                ++iters;
+                elapsed = bench::now() - start;
+            } while (elapsed < o.duration);
+            put_header({op_bye, index, iters, static_cast<std::uint64_t>(elapsed * 1e9)});
+            ep.wait(b.post_sendunexpected(link.parent, request.data(), request.size(), tag_request,
+                                          nullptr, ep.single()),
+                    "send bye");
+            ++seq;
+        }
+    }
+    // The parent's last word: the connection may close now without its
+    // last reply or bye being lost in flight.
+    (void)ep.recv_value<go_message>(link.parent, tag_go);
+}
+
+class m2o_server {
+public:
+    m2o_server(endpoint &ep, const bench::options &o, std::vector<bmi::Addr> clients)
+        : ep_(ep), o_(o), reply_(filled(o.largest(), std::byte{0x5a})),
+          clients_(std::move(clients)), results_(clients_.size()), done_(clients_.size() * 2 + 1)
+    {
+        for (std::size_t k = 0; k < clients_.size(); ++k)
+            index_[clients_[k]] = static_cast<std::uint32_t>(k);
+        msgs_.reserve(clients_.size());
+    }
+
+    // One point: go to every client, serve until each has said bye, report.
+    void run_point(unsigned rep, std::size_t reply_size, go_message seq)
+    {
+        send_go(seq);
+        for (result &r : results_)
+            r.said_bye = false;
+        std::size_t byes = 0;
+        while (byes < clients_.size()) {
+            msgs_.clear();
+            ep_.bmi().testunexpected(msgs_, clients_.size(), outstanding_ > 0 ? 0 : poll_ms);
+            for (const bmi::UnexpectedMessage &m : msgs_)
+                byes += serve(m, reply_size);
+            if (outstanding_ > 0)
+                outstanding_ -= ep_.reap(done_, 0, "send reply");
+        }
+        drain();
+        for (std::size_t k = 0; k < results_.size(); ++k)
+            bench::report_m2o(o_.clients, o_.request, reply_size, rep, static_cast<unsigned>(k),
+                              results_[k].iters,
+                              static_cast<double>(results_[k].nanoseconds) * 1e-9);
+    }
+
+    // Tells every client the run is over (see m2o_client).
+    void finish() { send_go(0); }
+
+private:
+    struct result {
+        std::uint64_t iters = 0;
+        std::uint64_t nanoseconds = 0;
+        bool said_bye = false;
+    };
+
+    void send_go(go_message seq)
+    {
+        go_ = seq;
+        for (const bmi::Addr a : clients_) {
+            const bmi::Post p =
+                ep_.bmi().post_send(a, &go_, sizeof go_, tag_go, nullptr, ep_.stream());
+            if (!p.ok())
+                throw std::runtime_error("post_send go: " + error_text(p.error));
+            if (!p.completed)
+                ++outstanding_;
+        }
+        drain();
+    }
+
+    void drain()
+    {
+        while (outstanding_ > 0)
+            outstanding_ -= ep_.reap(done_, poll_ms, "send");
+    }
+
+    // Answers a request; returns 1 for a bye, else 0.
+    std::size_t serve(const bmi::UnexpectedMessage &m, std::size_t reply_size)
+    {
+        request_header h{};
+        const auto it = index_.find(m.peer());
+        if (m.tag() != tag_request || m.data().size() != o_.request || it == index_.end())
+            throw std::runtime_error("malformed request");
+        std::memcpy(&h, m.data().data(), sizeof h);
+        result &r = results_[it->second];
+        if (h.client != it->second || r.said_bye)
+            throw std::runtime_error("client " + std::to_string(it->second) +
+                                     ": request out of turn");
+        if (h.op == op_bye) {
+            r = {h.iters, h.nanoseconds, true};
+            return 1;
+        }
+        if (h.op != op_request)
+            throw std::runtime_error("unknown request op " + std::to_string(h.op));
+        const bmi::Post p =
+            ep_.bmi().post_send(m.peer(), reply_.data(), reply_size, tag_reply, nullptr,
+                                ep_.stream());
+        if (!p.ok())
+            throw std::runtime_error("post_send reply: " + error_text(p.error));
+        if (!p.completed)
+            ++outstanding_;
+        return 0;
+    }
+
+    endpoint &ep_;
+    const bench::options &o_;
+    std::vector<std::byte> reply_;
+    std::vector<bmi::Addr> clients_;
+    std::unordered_map<bmi::Addr, std::uint32_t> index_;
+    std::vector<result> results_;
+    std::vector<bmi::UnexpectedMessage> msgs_;
+    std::vector<bmi::Completion> done_;
+    std::size_t outstanding_ = 0;
+    go_message go_ = 0;
+};
+
+void run_m2o(endpoint &ep, const std::string &engine, const bench::options &o)
+{
+    const std::string url = ep.bmi().listen_addresses().at(0);
+    std::vector<bench::child_process> clients;
+    clients.reserve(o.clients);
+    for (std::uint32_t k = 0; k < o.clients; ++k)
+        clients.push_back(bench::spawn("client " + std::to_string(k),
+                                       [&, k] { m2o_client(engine, url, k, o); }));
+    m2o_server server(ep, o, collect_hellos(ep, o.clients));
+    go_message seq = 0;
+    for (unsigned rep = 0; rep < o.reps; ++rep)
+        for (const std::size_t reply_size : o.replies)
+            server.run_point(rep, reply_size, seq++);
+    server.finish();
+    for (unsigned k = 0; k < o.clients; ++k)
+        clients[k].join("client " + std::to_string(k));
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    bench::options o;
+    std::string engine = "epoll";
+    const auto add_engine = [&engine](CLI::App &app) {
+        app.add_option("--engine", engine, "BMI TCP progress engine")
+            ->check(CLI::IsMember({"epoll", "uring"}));
+    };
+    if (const int status = bench::parse(argc, argv, "net-bmi", o, add_engine); status >= 0)
+        return status;
+    bench::arm_timeout(o.timeout);
+
+    // The parent's Bmi, made before the peers are forked: its listening
+    // address is what they connect to.
+    std::unique_ptr<endpoint> ep;
+    try {
+        ep = std::make_unique<endpoint>(engine, true);
+    } catch (const std::system_error &e) {
+        // Only a missing io_uring (disabled by sysctl, refused in a
+        // container) means "cannot run here"; anything else is a failure.
+        if (engine == "uring" && std::string_view(e.what()).find("io_uring") != std::string_view::npos) {
+            bench::error("engine uring cannot run here: " + std::string(e.what()));
+            return bench::exit_unsupported;
+        }
+        bench::error(e.what());
+        return 1;
+    }
+    try {
+        switch (o.which) {
+        case bench::pattern::bw:
+            run_bw(*ep, engine, o);
+            break;
+        case bench::pattern::lat:
+            run_lat(*ep, engine, o);
+            break;
+        case bench::pattern::m2o:
+            run_m2o(*ep, engine, o);
+            break;
+        }
+    } catch (const std::exception &e) {
+        bench::error(e.what());
+        return 1;
+    }
+    return 0;
+}
