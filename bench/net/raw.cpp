@@ -11,6 +11,8 @@
 #include "driver.hpp"
 #include "process.hpp"
 
+#include <pvfs/unique_fd.hpp>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -35,6 +37,8 @@
 
 namespace {
 
+using pvfs::UniqueFd;
+
 using bytes = std::span<std::byte>;
 using const_bytes = std::span<const std::byte>;
 
@@ -42,35 +46,6 @@ using const_bytes = std::span<const std::byte>;
 {
     throw std::system_error(errno, std::generic_category(), what);
 }
-
-class unique_fd {
-public:
-    unique_fd() noexcept = default;
-    explicit unique_fd(int fd) noexcept : fd_(fd) {}
-    unique_fd(const unique_fd &) = delete;
-    unique_fd &operator=(const unique_fd &) = delete;
-    unique_fd(unique_fd &&other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-    unique_fd &operator=(unique_fd &&other) noexcept
-    {
-        if (this != &other) {
-            reset();
-            fd_ = std::exchange(other.fd_, -1);
-        }
-        return *this;
-    }
-    ~unique_fd() { reset(); }
-    [[nodiscard]] int get() const noexcept { return fd_; }
-    void reset() noexcept
-    {
-        if (fd_ >= 0) {
-            ::close(fd_);
-            fd_ = -1;
-        }
-    }
-
-private:
-    int fd_ = -1;
-};
 
 void set_nodelay(int fd)
 {
@@ -90,9 +65,9 @@ sockaddr_in loopback(std::uint16_t port)
 
 // Listens on 127.0.0.1, port chosen by the kernel (so parallel runs never
 // collide); returns the socket and sets `port`.
-unique_fd listen_loopback(int backlog, std::uint16_t &port)
+UniqueFd listen_loopback(int backlog, std::uint16_t &port)
 {
-    unique_fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (fd.get() < 0)
         fail_errno("socket");
     sockaddr_in sa = loopback(0);
@@ -109,9 +84,9 @@ unique_fd listen_loopback(int backlog, std::uint16_t &port)
     return fd;
 }
 
-unique_fd connect_loopback(std::uint16_t port)
+UniqueFd connect_loopback(std::uint16_t port)
 {
-    unique_fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (fd.get() < 0)
         fail_errno("socket");
     const sockaddr_in sa = loopback(port);
@@ -122,14 +97,14 @@ unique_fd connect_loopback(std::uint16_t port)
     return fd;
 }
 
-unique_fd accept_one(const unique_fd &listener)
+UniqueFd accept_one(const UniqueFd &listener)
 {
     int fd = -1;
     while ((fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC)) < 0 && errno == EINTR) {
     }
     if (fd < 0)
         fail_errno("accept");
-    unique_fd conn(fd);
+    UniqueFd conn(fd);
     set_nodelay(conn.get());
     return conn;
 }
@@ -209,13 +184,13 @@ void bw_receiver(int fd, const bench::options &o)
 void run_bw(const bench::options &o)
 {
     std::uint16_t port = 0;
-    unique_fd listener = listen_loopback(1, port);
+    UniqueFd listener = listen_loopback(1, port);
     bench::child_process receiver = bench::spawn("receiver", [&] {
         listener.reset();
-        const unique_fd fd = connect_loopback(port);
+        const UniqueFd fd = connect_loopback(port);
         bw_receiver(fd.get(), o);
     });
-    const unique_fd fd = accept_one(listener);
+    const UniqueFd fd = accept_one(listener);
     listener.reset();
 
     const std::vector<std::byte> buf = filled(o.largest(), std::byte{0x5a});
@@ -261,13 +236,13 @@ void lat_echo(int fd, const bench::options &o)
 void run_lat(const bench::options &o)
 {
     std::uint16_t port = 0;
-    unique_fd listener = listen_loopback(1, port);
+    UniqueFd listener = listen_loopback(1, port);
     bench::child_process echo = bench::spawn("echo", [&] {
         listener.reset();
-        const unique_fd fd = connect_loopback(port);
+        const UniqueFd fd = connect_loopback(port);
         lat_echo(fd.get(), o);
     });
-    const unique_fd fd = accept_one(listener);
+    const UniqueFd fd = accept_one(listener);
     listener.reset();
 
     const std::vector<std::byte> ping = filled(o.largest(), std::byte{0x5a});
@@ -337,7 +312,7 @@ void m2o_client(int fd, const bench::options &o)
 // One client connection of the server: the request being read and the
 // reply (or go) being written, both resumable.
 struct connection {
-    unique_fd fd;
+    UniqueFd fd;
     std::vector<std::byte> in;
     std::size_t in_done = 0;
     const_bytes out;
@@ -366,7 +341,7 @@ struct connection {
 
 class m2o_server {
 public:
-    m2o_server(const bench::options &o, std::vector<unique_fd> fds)
+    m2o_server(const bench::options &o, std::vector<UniqueFd> fds)
         : o_(o), reply_(filled(o.largest(), std::byte{0x5a})),
           epoll_(::epoll_create1(EPOLL_CLOEXEC)), events_(fds.size())
     {
@@ -472,7 +447,7 @@ private:
     const bench::options &o_;
     std::vector<std::byte> reply_;
     std::size_t reply_size_ = 0;
-    unique_fd epoll_;
+    UniqueFd epoll_;
     std::vector<epoll_event> events_;
     std::vector<connection> conns_;
 };
@@ -480,17 +455,17 @@ private:
 void run_m2o(const bench::options &o)
 {
     std::uint16_t port = 0;
-    unique_fd listener = listen_loopback(static_cast<int>(o.clients), port);
+    UniqueFd listener = listen_loopback(static_cast<int>(o.clients), port);
     std::vector<bench::child_process> clients;
     clients.reserve(o.clients);
     for (unsigned k = 0; k < o.clients; ++k) {
         clients.push_back(bench::spawn("client", [&] {
             listener.reset();
-            const unique_fd fd = connect_loopback(port);
+            const UniqueFd fd = connect_loopback(port);
             m2o_client(fd.get(), o);
         }));
     }
-    std::vector<unique_fd> fds;
+    std::vector<UniqueFd> fds;
     fds.reserve(o.clients);
     for (unsigned k = 0; k < o.clients; ++k)
         fds.push_back(accept_one(listener));

@@ -5,6 +5,7 @@
 // one Logger behind one mutex; a line is built and written under it, so lines
 // reach the destination whole and in timestamp order.
 #include "pvfs/gossip.hpp"
+#include "pvfs/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <syslog.h>
@@ -27,41 +28,12 @@
 namespace pvfs::gossip {
 namespace {
 
+using pvfs::UniqueFd;
+
 using std::chrono::steady_clock;
 
 // A run of identical errors or warnings is summarised at least this often.
 constexpr auto repeat_interval = std::chrono::seconds(10);
-
-// An owned file descriptor.
-class Fd {
-public:
-    Fd() = default;
-    explicit Fd(int fd) noexcept : fd_(fd) {}
-    Fd(Fd &&other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-    Fd &operator=(Fd &&other) noexcept
-    {
-        if (this != &other) {
-            reset();
-            fd_ = std::exchange(other.fd_, -1);
-        }
-        return *this;
-    }
-    Fd(const Fd &) = delete;
-    Fd &operator=(const Fd &) = delete;
-    ~Fd() { reset(); }
-
-    [[nodiscard]] int get() const noexcept { return fd_; }
-    void reset() noexcept
-    {
-        if (fd_ >= 0) {
-            ::close(fd_);
-            fd_ = -1;
-        }
-    }
-
-private:
-    int fd_ = -1;
-};
 
 // One write(2) unless the kernel takes less; errors are dropped (a logger
 // has nowhere to report its own failure).
@@ -208,7 +180,7 @@ public:
         sink_ = Sink::stderr_fd;
     }
 
-    void to_file(Fd file)
+    void to_file(UniqueFd file)
     {
         const std::lock_guard lock(mutex_);
         flush_locked();
@@ -289,7 +261,7 @@ private:
 
     std::mutex mutex_;
     Sink sink_ = Sink::stderr_fd;
-    Fd file_;
+    UniqueFd file_;
     std::string ident_;
     Run run_;
 };
@@ -514,7 +486,7 @@ void log_to_stderr()
 
 Status log_to_file(const std::string &path)
 {
-    Fd file(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640));
+    UniqueFd file(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640));
     if (file.get() < 0) {
         const std::error_code ec(errno, std::generic_category());
         return Status{fmt::format("log file {}: {}", path, ec.message())};

@@ -426,6 +426,15 @@ void Core::expire_idle_ops()
         if (ops[i].last_progress > limit)
             break;
         timeouts_.remove(ops, i);
+        // The peer still answers (its method pings it while ops wait on
+        // it): the op waits for the peer's application, not for a dead
+        // link, so it stays.  Requeued by the time heard, which pings keep
+        // within a quarter of the timeout of now.
+        if (const Clock::time_point heard = method_of(i).heard_from(i); heard > limit) {
+            ops[i].last_progress = heard;
+            timeouts_.push_back(ops, i);
+            continue;
+        }
         ops[i].in_timeout_list = false;
         method_of(i).cancel(i, -ETIMEDOUT);
         if (ops[i].state == OpState::active) // a method that could not end it now

@@ -106,6 +106,10 @@ public:
     // Moves bytes; sleeps at most timeout_ms when there is nothing to do.
     virtual void progress(int timeout_ms) = 0;
     virtual void drop_peer(Addr addr, int error) = 0;
+    // When the op's peer was last heard from on a connection that is still
+    // open (any frame, pongs included), or time_point::min().  An op that
+    // waits on a peer heard from recently is waiting, not stuck.
+    [[nodiscard]] virtual Clock::time_point heard_from(std::uint32_t op_index) const = 0;
     [[nodiscard]] virtual std::uint64_t open_connections() const = 0;
     [[nodiscard]] virtual std::uint64_t engine() const = 0;
 };

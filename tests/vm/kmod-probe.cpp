@@ -9,6 +9,8 @@
 //
 // Prints one line per step; exits 0 when every result matched, 1 otherwise,
 // 2 on bad usage.
+#include <pvfs/unique_fd.hpp>
+
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -24,33 +26,7 @@
 
 namespace {
 
-class unique_fd {
-public:
-    explicit unique_fd(int fd) noexcept : fd_(fd) {}
-    unique_fd(const unique_fd &) = delete;
-    unique_fd &operator=(const unique_fd &) = delete;
-    unique_fd(unique_fd &&other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-    unique_fd &operator=(unique_fd &&other) noexcept
-    {
-        if (this != &other) {
-            reset();
-            fd_ = std::exchange(other.fd_, -1);
-        }
-        return *this;
-    }
-    ~unique_fd() { reset(); }
-    [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
-
-private:
-    void reset() noexcept
-    {
-        if (fd_ >= 0) {
-            ::close(fd_);
-            fd_ = -1;
-        }
-    }
-    int fd_;
-};
+using pvfs::UniqueFd;
 
 std::string result_name(int rc, int err)
 {
@@ -72,12 +48,12 @@ bool check(std::string_view what, std::string_view expect, int rc, int err)
 
 int do_open(std::string_view path, std::span<char *const> expects)
 {
-    std::vector<unique_fd> held;
+    std::vector<UniqueFd> held;
     bool all = true;
     int n = 0;
     for (const char *expect : expects) {
         errno = 0;
-        unique_fd fd(::open(std::string(path).c_str(), O_RDWR | O_CLOEXEC));
+        UniqueFd fd(::open(std::string(path).c_str(), O_RDWR | O_CLOEXEC));
         const int err = errno;
         all &= check("open #" + std::to_string(++n) + " " + std::string(path), expect,
                      fd.valid() ? 0 : -1, err);

@@ -64,7 +64,7 @@ const char *decode(std::span<const std::byte, frame_header_size> in, const Frame
         return "unsupported protocol version";
     const auto type = get<std::uint8_t>(p + off_type);
     if (type < static_cast<std::uint8_t>(FrameType::hello) ||
-        type > static_cast<std::uint8_t>(FrameType::cancel))
+        type > static_cast<std::uint8_t>(FrameType::pong))
         return "unknown frame type";
     out.type = static_cast<FrameType>(type);
     out.flags = get<std::uint16_t>(p + off_flags);
@@ -110,6 +110,11 @@ const char *decode(std::span<const std::byte, frame_header_size> in, const Frame
     case FrameType::cancel:
         if (out.size != 0 || out.cookie == 0)
             return "malformed cancel";
+        break;
+    case FrameType::ping:
+    case FrameType::pong:
+        if (out.size != 0)
+            return "ping or pong with a payload";
         break;
     }
     return nullptr;

@@ -29,6 +29,8 @@ enum class FrameType : std::uint8_t {
     data = 6,       // payload: a rendezvous chunk; cookie2: receiver op
     nack = 7,       // receiver refuses/ends a rendezvous; cookie: sender op; status: errno
     cancel = 8,     // sender ends a rendezvous; cookie: sender op; cookie2: receiver op or 0
+    ping = 9,       // are you there?  No payload; answered with pong
+    pong = 10,      // the answer to ping; no payload
 };
 
 struct FrameHeader {

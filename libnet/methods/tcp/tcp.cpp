@@ -10,6 +10,7 @@
 #include "engine.hpp"
 #include "frame.hpp"
 #include "pvfs/gossip.hpp"
+#include "pvfs/unique_fd.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -37,36 +38,9 @@ namespace gossip = pvfs::gossip;
 
 namespace {
 
+using pvfs::UniqueFd;
+
 // ------------------------------------------------------------------ helpers
-
-class UniqueFd {
-public:
-    UniqueFd() = default;
-    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-    UniqueFd(const UniqueFd &) = delete;
-    UniqueFd &operator=(const UniqueFd &) = delete;
-    UniqueFd(UniqueFd &&o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    UniqueFd &operator=(UniqueFd &&o) noexcept
-    {
-        if (this != &o) {
-            reset();
-            fd_ = std::exchange(o.fd_, -1);
-        }
-        return *this;
-    }
-    ~UniqueFd() { reset(); }
-    [[nodiscard]] int get() const noexcept { return fd_; }
-    [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
-    void reset() noexcept
-    {
-        if (fd_ >= 0)
-            ::close(fd_);
-        fd_ = -1;
-    }
-
-private:
-    int fd_ = -1;
-};
 
 // strerror is not thread-safe; strerrordesc_np (glibc 2.32) is.
 std::string errno_text(int err)
@@ -244,6 +218,8 @@ struct Peer {
     bool remote_known = false;
     OpList waiting{&Op::match}; // sends waiting for the connection
     OpList ops{&Op::peer_ops};  // every live op of this peer
+    Clock::time_point heard;    // the last frame from it, any connection
+    Clock::time_point pinged;   // the last ping to it
     std::deque<Early> early;
     std::size_t early_bytes = 0;
     std::uint64_t early_serial = 0;
@@ -267,10 +243,12 @@ public:
     void drop_peer(Addr addr, int error) override;
     [[nodiscard]] std::uint64_t open_connections() const override;
     [[nodiscard]] std::uint64_t engine() const override { return engine_->id(); }
+    [[nodiscard]] Clock::time_point heard_from(std::uint32_t i) const override;
 
 private:
     Peer &peer_of(Addr addr);
     Peer *peer_ptr(Addr addr);
+    [[nodiscard]] const Peer *peer_ptr(Addr addr) const;
     Op &op(std::uint32_t i) { return core_.ops[i]; }
 
     // connections
@@ -303,6 +281,7 @@ private:
     void resume_peer(Addr addr);
 
     void finish(std::uint32_t i, int error, std::size_t actual);
+    void ping_waiting_peers();
     void unlink(std::uint32_t i);
     void fail_peer_ops(Peer &p, int error);
 
@@ -324,6 +303,7 @@ private:
     std::vector<std::unique_ptr<Peer>> peers_; // by Addr - 1
     std::vector<OpList> buckets_;
     std::vector<std::uint32_t> to_parse_; // connections with staged bytes to retry
+    Clock::time_point last_ping_round_;
     std::vector<std::uint32_t> dirty_;    // connections with frames queued meanwhile
     std::vector<std::uint32_t> unread_;   // connections left with unread input
     std::vector<std::uint32_t> scratch_;  // reused by progress: no allocation per call
@@ -362,6 +342,13 @@ TcpMethod::~TcpMethod()
     for (std::size_t l = 0; l < listeners_.size(); ++l)
         engine_->remove(listeners_[l].get(), listener_bit | l);
     listeners_.clear();
+}
+
+const Peer *TcpMethod::peer_ptr(Addr addr) const
+{
+    if (addr == no_addr || addr > peers_.size() || !peers_[addr - 1])
+        return nullptr;
+    return peers_[addr - 1].get();
 }
 
 Peer *TcpMethod::peer_ptr(Addr addr)
@@ -1070,6 +1057,8 @@ TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
     k.payload_left = 0;
     k.sink = Sink::none;
     Peer *p = peer_ptr(k.peer);
+    if (p != nullptr)
+        p->heard = Clock::now();
 
     switch (h.type) {
     case FrameType::hello:
@@ -1209,6 +1198,14 @@ TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
         }
         return Verdict::accept;
     }
+    case FrameType::ping: {
+        FrameHeader pong;
+        pong.type = FrameType::pong;
+        queue_control(*p, pong);
+        return Verdict::accept;
+    }
+    case FrameType::pong:
+        return Verdict::accept; // heard: that is all it is for
     case FrameType::cancel: {
         if (h.cookie2 != 0) {
             Op *o = core_.find(h.cookie2);
@@ -1252,6 +1249,8 @@ void TcpMethod::payload_done(std::uint32_t c)
             return;
         }
         k.hello_received = true;
+        if (p != nullptr)
+            p->heard = Clock::now();
         if (k.peer == no_addr) {
             // An incoming connection: the peer names where it listens.
             std::string url = body.url;
@@ -1527,6 +1526,7 @@ void TcpMethod::progress(int timeout_ms)
         if (!k.closed && (what & EPOLLOUT) != 0)
             flush(c);
     }
+    ping_waiting_peers();
     // Frames queued while handling input (CTS, data chunks, ...) go out now
     // rather than after another trip through the engine.
     while (!dirty_.empty()) {
@@ -1536,6 +1536,43 @@ void TcpMethod::progress(int timeout_ms)
             if (!conns_[c]->closed && !conns_[c]->tx.empty())
                 flush(c);
         }
+    }
+}
+
+Clock::time_point TcpMethod::heard_from(std::uint32_t i) const
+{
+    const Peer *p = peer_ptr(core_.ops[i].peer);
+    if (p == nullptr || p->conns.empty())
+        return Clock::time_point::min();
+    return p->heard;
+}
+
+// A peer with ops waiting on it that has been silent for a quarter of the
+// idle timeout gets a ping; its BMI answers whenever its application makes
+// progress, so a live but slow peer (a server busy with a long fsync, a
+// client between requests) keeps its ops alive while a hung or vanished
+// one lets them fail after the idle timeout (Core::expire_idle_ops).
+void TcpMethod::ping_waiting_peers()
+{
+    // The interval follows the current idle timeout (set_info may change it).
+    const auto now = Clock::now();
+    const auto quarter = core_.limits.idle_timeout / 4;
+    if (now - last_ping_round_ < quarter / 2)
+        return;
+    last_ping_round_ = now;
+    for (const auto &pp : peers_) {
+        if (!pp || pp->ops.empty() || pp->tx_conn == no_index)
+            continue;
+        Peer &p = *pp;
+        const Conn &k = *conns_[p.tx_conn];
+        if (k.closed || !k.hello_received || now - p.heard < quarter || now - p.pinged < quarter)
+            continue;
+        FrameHeader ping;
+        ping.type = FrameType::ping;
+        gossip::debug(gossip::Mask::tcp, "pinging {}: silent for {} ms with ops waiting", p.hostport,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(now - p.heard).count());
+        queue_control(p, ping);
+        p.pinged = now;
     }
 }
 
