@@ -59,10 +59,9 @@ std::string error_text(int error)
 // and one for single ops (waited for one by one).
 class endpoint {
 public:
-    endpoint(const std::string &engine, bool server) : bmi_(options(engine, server))
+    endpoint(const std::string &engine, bool server)
+        : bmi_(options(engine, server)), stream_(bmi_.open_context()), single_(bmi_.open_context())
     {
-        stream_ = bmi_.open_context();
-        single_ = bmi_.open_context();
     }
 
     [[nodiscard]] bmi::Bmi &bmi() noexcept { return bmi_; }
@@ -82,8 +81,8 @@ public:
     std::size_t wait(const bmi::Post &post, const char *what)
     {
         if (!post.ok())
-            throw std::runtime_error(std::string(what) + ": post failed: " +
-                                     error_text(post.error));
+            throw std::runtime_error(std::string(what) +
+                                     ": post failed: " + error_text(post.error));
         if (post.completed)
             return post.actual_size;
         bmi::Completion c;
@@ -131,8 +130,8 @@ private:
     }
 
     bmi::Bmi bmi_;
-    bmi::ContextId stream_ = 0;
-    bmi::ContextId single_ = 0;
+    bmi::ContextId stream_;
+    bmi::ContextId single_;
 };
 
 // The parent's side of the introductions: the address of each peer, by the
@@ -246,8 +245,7 @@ void recv_stream(endpoint &ep, bmi::Addr peer, std::vector<std::vector<std::byte
     }
 }
 
-void bw_receiver(const std::string &engine, const std::string &parent_url,
-                 const bench::options &o)
+void bw_receiver(const std::string &engine, const std::string &parent_url, const bench::options &o)
 {
     peer_link link(engine, parent_url, 0);
     endpoint &ep = link.ep;
@@ -263,8 +261,7 @@ void bw_receiver(const std::string &engine, const std::string &parent_url,
             const double cpu0 = bench::cpu_seconds();
             recv_stream(ep, link.parent, bufs, size, msgs, done);
             const double cpu = bench::cpu_seconds() - cpu0;
-            ep.send_value<std::int64_t>(link.parent, static_cast<std::int64_t>(cpu * 1e9),
-                                        tag_ack);
+            ep.send_value<std::int64_t>(link.parent, static_cast<std::int64_t>(cpu * 1e9), tag_ack);
         }
     }
 }
@@ -272,8 +269,7 @@ void bw_receiver(const std::string &engine, const std::string &parent_url,
 void run_bw(endpoint &ep, const std::string &engine, const bench::options &o)
 {
     const std::string url = ep.bmi().listen_addresses().at(0);
-    bench::child_process receiver =
-        bench::spawn("receiver", [&] { bw_receiver(engine, url, o); });
+    bench::child_process receiver = bench::spawn("receiver", [&] { bw_receiver(engine, url, o); });
     const bmi::Addr peer = collect_hellos(ep, 1).at(0);
 
     const std::vector<std::byte> buf = filled(o.largest(), std::byte{0x5a});
@@ -496,9 +492,8 @@ private:
         }
         if (h.op != op_request)
             throw std::runtime_error("unknown request op " + std::to_string(h.op));
-        const bmi::Post p =
-            ep_.bmi().post_send(m.peer(), reply_.data(), reply_size, tag_reply, nullptr,
-                                ep_.stream());
+        const bmi::Post p = ep_.bmi().post_send(m.peer(), reply_.data(), reply_size, tag_reply,
+                                                nullptr, ep_.stream());
         if (!p.ok())
             throw std::runtime_error("post_send reply: " + error_text(p.error));
         if (!p.completed)
@@ -524,8 +519,8 @@ void run_m2o(endpoint &ep, const std::string &engine, const bench::options &o)
     std::vector<bench::child_process> clients;
     clients.reserve(o.clients);
     for (std::uint32_t k = 0; k < o.clients; ++k)
-        clients.push_back(bench::spawn("client " + std::to_string(k),
-                                       [&, k] { m2o_client(engine, url, k, o); }));
+        clients.push_back(
+            bench::spawn("client " + std::to_string(k), [&, k] { m2o_client(engine, url, k, o); }));
     m2o_server server(ep, o, collect_hellos(ep, o.clients));
     go_message seq = 0;
     for (unsigned rep = 0; rep < o.reps; ++rep)
@@ -558,7 +553,8 @@ int main(int argc, char **argv)
     } catch (const std::system_error &e) {
         // Only a missing io_uring (disabled by sysctl, refused in a
         // container) means "cannot run here"; anything else is a failure.
-        if (engine == "uring" && std::string_view(e.what()).find("io_uring") != std::string_view::npos) {
+        if (engine == "uring" &&
+            std::string_view(e.what()).find("io_uring") != std::string_view::npos) {
             bench::error("engine uring cannot run here: " + std::string(e.what()));
             return bench::exit_unsupported;
         }

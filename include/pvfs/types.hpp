@@ -109,12 +109,12 @@ struct Credentials {
 };
 
 // Limits every component enforces the same way.
-inline constexpr std::size_t max_name = 255;         // bytes in one name
-inline constexpr std::size_t max_path = 4095;        // symlink target bytes
-inline constexpr std::size_t max_groups = 32;        // supplementary groups carried
-inline constexpr std::size_t max_xattr_name = 255;   // bytes
+inline constexpr std::size_t max_name = 255;          // bytes in one name
+inline constexpr std::size_t max_path = 4095;         // symlink target bytes
+inline constexpr std::size_t max_groups = 32;         // supplementary groups carried
+inline constexpr std::size_t max_xattr_name = 255;    // bytes
 inline constexpr std::size_t max_xattr_value = 65536; // bytes
-inline constexpr std::size_t max_io_regions = 1024;  // file regions in one I/O request
+inline constexpr std::size_t max_io_regions = 1024;   // file regions in one I/O request
 
 // A valid name: 1..max_name bytes, no '/', no NUL, not "." or "..".
 [[nodiscard]] inline bool valid_name(std::string_view name) noexcept

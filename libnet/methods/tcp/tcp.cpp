@@ -304,9 +304,9 @@ private:
     std::vector<OpList> buckets_;
     std::vector<std::uint32_t> to_parse_; // connections with staged bytes to retry
     Clock::time_point last_ping_round_;
-    std::vector<std::uint32_t> dirty_;    // connections with frames queued meanwhile
-    std::vector<std::uint32_t> unread_;   // connections left with unread input
-    std::vector<std::uint32_t> scratch_;  // reused by progress: no allocation per call
+    std::vector<std::uint32_t> dirty_;   // connections with frames queued meanwhile
+    std::vector<std::uint32_t> unread_;  // connections left with unread input
+    std::vector<std::uint32_t> scratch_; // reused by progress: no allocation per call
 };
 
 constexpr std::uint64_t listener_bit = std::uint64_t{1} << 63U;
@@ -1056,17 +1056,22 @@ TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
     k.h = h;
     k.payload_left = 0;
     k.sink = Sink::none;
-    Peer *p = peer_ptr(k.peer);
-    if (p != nullptr)
-        p->heard = Clock::now();
-
-    switch (h.type) {
-    case FrameType::hello:
+    if (h.type == FrameType::hello) {
         k.sink = Sink::hello;
         k.sink_buf.resize(h.size);
         k.sink_off = 0;
         k.payload_left = h.size;
         return Verdict::accept;
+    }
+    // After the hello every connection is bound to its peer.
+    Peer *p = peer_ptr(k.peer);
+    if (p == nullptr)
+        return Verdict::close;
+    p->heard = Clock::now();
+
+    switch (h.type) {
+    case FrameType::hello:
+        return Verdict::close; // handled above
     case FrameType::eager: {
         std::uint32_t i = no_index;
         if (match_recv(*p, h.tag, i)) {
@@ -1249,8 +1254,6 @@ void TcpMethod::payload_done(std::uint32_t c)
             return;
         }
         k.hello_received = true;
-        if (p != nullptr)
-            p->heard = Clock::now();
         if (k.peer == no_addr) {
             // An incoming connection: the peer names where it listens.
             std::string url = body.url;
@@ -1275,6 +1278,7 @@ void TcpMethod::payload_done(std::uint32_t c)
         }
         p->remote = body;
         p->remote_known = true;
+        p->heard = Clock::now();
         // Sends that waited for this connection go now, in order.
         if (p->tx_conn == c) {
             while (!p->waiting.empty()) {
@@ -1569,7 +1573,8 @@ void TcpMethod::ping_waiting_peers()
             continue;
         FrameHeader ping;
         ping.type = FrameType::ping;
-        gossip::debug(gossip::Mask::tcp, "pinging {}: silent for {} ms with ops waiting", p.hostport,
+        gossip::debug(gossip::Mask::tcp, "pinging {}: silent for {} ms with ops waiting",
+                      p.hostport,
                       std::chrono::duration_cast<std::chrono::milliseconds>(now - p.heard).count());
         queue_control(p, ping);
         p.pinged = now;
