@@ -278,6 +278,7 @@ private:
     void payload_done(std::uint32_t c);
     void copy_into_op(std::uint32_t i, std::size_t off, const std::byte *src, std::size_t n);
     bool match_recv(Peer &p, Tag tag, std::uint32_t &out);
+    static std::deque<Early>::iterator find_early(Peer &p, std::uint64_t serial);
     void resume_peer(Addr addr);
 
     void finish(std::uint32_t i, int error, std::size_t actual);
@@ -1240,6 +1241,20 @@ TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
     return Verdict::close;
 }
 
+// The early message a payload is filling.  Almost always the newest one
+// (a payload follows its header), so the search starts from the back.
+std::deque<Early>::iterator TcpMethod::find_early(Peer &p, std::uint64_t serial)
+{
+    for (auto it = p.early.end(); it != p.early.begin();) {
+        --it;
+        if (it->serial == serial)
+            return it;
+        if (it->serial < serial)
+            break; // serials grow towards the back
+    }
+    return p.early.end();
+}
+
 void TcpMethod::payload_done(std::uint32_t c)
 {
     Conn &k = *conns_[c];
@@ -1309,9 +1324,9 @@ void TcpMethod::payload_done(std::uint32_t c)
         return;
     }
     case Sink::early: {
-        for (auto it = p->early.begin(); it != p->early.end(); ++it) {
-            if (it->serial != k.early_serial)
-                continue;
+        const auto rit = find_early(*p, k.early_serial);
+        if (rit != p->early.end()) {
+            const auto it = rit;
             it->complete = true;
             if (it->waiting_op != no_index) {
                 const std::uint32_t i = it->waiting_op;
@@ -1324,7 +1339,6 @@ void TcpMethod::payload_done(std::uint32_t c)
                 finish(i, err, n);
                 resume_peer(p->addr);
             }
-            return;
         }
         return;
     }
@@ -1360,13 +1374,9 @@ bool TcpMethod::parse(std::uint32_t c)
                     std::memcpy(k.sink_buf.data() + k.sink_off, src, n);
                     break;
                 case Sink::early: {
-                    Peer *p = peer_ptr(k.peer);
-                    for (Early &e : p->early) {
-                        if (e.serial == k.early_serial) {
-                            std::memcpy(e.data.data() + k.sink_off, src, n);
-                            break;
-                        }
-                    }
+                    Peer &p = *peer_ptr(k.peer);
+                    if (const auto it = find_early(p, k.early_serial); it != p.early.end())
+                        std::memcpy(it->data.data() + k.sink_off, src, n);
                     break;
                 }
                 default:
