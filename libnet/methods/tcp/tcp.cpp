@@ -1324,9 +1324,7 @@ void TcpMethod::payload_done(std::uint32_t c)
         return;
     }
     case Sink::early: {
-        const auto rit = find_early(*p, k.early_serial);
-        if (rit != p->early.end()) {
-            const auto it = rit;
+        if (const auto it = find_early(*p, k.early_serial); it != p->early.end()) {
             it->complete = true;
             if (it->waiting_op != no_index) {
                 const std::uint32_t i = it->waiting_op;
