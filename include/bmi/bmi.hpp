@@ -204,6 +204,19 @@ public:
 
     [[nodiscard]] Memory memalloc(Addr peer, std::size_t size) const;
 
+    // Adds fd to what test* sleeps on: a test* call returns early (having
+    // reaped what is ready, possibly nothing) once fd is readable, so that
+    // one thread can serve BMI and another event source, e.g. a storage
+    // completion queue's eventfd.  The caller must drain fd (it is watched
+    // level-triggered or per wake-up, depending on the engine).  BMI never
+    // reads, writes or closes it.  Returns 0, -EEXIST (already watched),
+    // -EBADF, -EPERM (not pollable, e.g. a regular file) or -ENOSPC (more
+    // than 64 fds).
+    int watch_fd(int fd);
+    // Stops watching fd; -ENOENT if it was not watched.  Call it before
+    // closing fd.
+    int unwatch_fd(int fd);
+
     int set_info(Info key, std::uint64_t value);
     [[nodiscard]] std::uint64_t get_info(Info key) const;
 

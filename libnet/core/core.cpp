@@ -5,6 +5,10 @@
 #include "../methods/tcp/tcp.hpp"
 #include "pvfs/gossip.hpp"
 
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -408,6 +412,11 @@ Core::WaitWindow Core::wait_window(int max_idle_ms) const
 
 bool Core::idle_step(const WaitWindow &w)
 {
+    if (external_ready) {
+        // A watched fd is readable: the caller has other work.
+        external_ready = false;
+        return false;
+    }
     const int budget = sleep_budget(w.deadline);
     if (budget == 0)
         return false;
@@ -440,6 +449,31 @@ void Core::expire_idle_ops()
         if (ops[i].state == OpState::active) // a method that could not end it now
             complete(i, -ETIMEDOUT, ops[i].done_bytes);
     }
+}
+
+// Watched fds live in the first method's engine: it is the one that sleeps
+// (progress() gives the others a timeout of 0).
+int Core::watch_fd(int fd)
+{
+    if (fd < 0 || ::fcntl(fd, F_GETFD) < 0)
+        return -EBADF;
+    // Only a pollable fd can be watched (a regular file cannot): ask epoll
+    // now rather than let an engine find out in its sleep.
+    const int probe = ::epoll_create1(EPOLL_CLOEXEC);
+    if (probe < 0)
+        return -errno;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    const int rc = ::epoll_ctl(probe, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+    ::close(probe);
+    if (rc != 0)
+        return rc;
+    return methods_.front()->watch_external(fd);
+}
+
+int Core::unwatch_fd(int fd)
+{
+    return methods_.front()->unwatch_external(fd);
 }
 
 void Core::progress(int timeout_ms)
@@ -740,6 +774,16 @@ int Bmi::cancel(OpId op)
 Memory Bmi::memalloc(Addr /*peer*/, std::size_t size) const
 {
     return Memory(size);
+}
+
+int Bmi::watch_fd(int fd)
+{
+    return core_->watch_fd(fd);
+}
+
+int Bmi::unwatch_fd(int fd)
+{
+    return core_->unwatch_fd(fd);
 }
 
 int Bmi::set_info(Info key, std::uint64_t value)

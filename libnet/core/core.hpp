@@ -110,6 +110,10 @@ public:
     // open (any frame, pongs included), or time_point::min().  An op that
     // waits on a peer heard from recently is waiting, not stuck.
     [[nodiscard]] virtual Clock::time_point heard_from(std::uint32_t op_index) const = 0;
+    // Watches a caller's fd in the method's sleep (Bmi::watch_fd); when it
+    // is readable the method sets Core::external_ready.
+    virtual int watch_external(int fd) = 0;
+    virtual int unwatch_external(int fd) = 0;
     [[nodiscard]] virtual std::uint64_t open_connections() const = 0;
     [[nodiscard]] virtual std::uint64_t engine() const = 0;
 };
@@ -155,6 +159,8 @@ public:
     // --- for methods ---
     std::vector<Op> ops;
     Limits limits;
+    // Set by a method when a watched fd is readable; test* return then.
+    bool external_ready = false;
     std::shared_ptr<UnexpectedPool> unexpected_pool = std::make_shared<UnexpectedPool>();
 
     // The op with this id, if it is live.
@@ -183,6 +189,8 @@ public:
     std::size_t testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
                                int max_idle_ms);
     int cancel(OpId id);
+    int watch_fd(int fd);
+    int unwatch_fd(int fd);
     int set_info(Info key, std::uint64_t value);
     [[nodiscard]] std::uint64_t get_info(Info key) const;
 

@@ -6,18 +6,22 @@
 
 #include "bmi/bmi.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -574,6 +578,47 @@ BMI_TEST(idle_peer_alive)
     ATF_REQUIRE_EQ(x, 77);
 }
 
+// A watched fd (say, a storage completion queue's eventfd) cuts a test*
+// sleep short; once drained it no longer does.
+BMI_TEST(watch_fd)
+{
+    bmi::Bmi b(server_options());
+    const bmi::ContextId ctx = b.open_context();
+    const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ATF_REQUIRE(efd >= 0);
+    ATF_REQUIRE_EQ(b.watch_fd(efd), 0);
+    ATF_REQUIRE_EQ(b.watch_fd(efd), -EEXIST);
+    ATF_REQUIRE_EQ(b.watch_fd(-1), -EBADF);
+    const int file = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    ATF_REQUIRE(file >= 0);
+    ATF_REQUIRE_EQ(b.watch_fd(file), -EPERM);
+    ::close(file);
+
+    std::thread writer([efd] {
+        std::this_thread::sleep_for(100ms);
+        const std::uint64_t one = 1;
+        ATF_REQUIRE_EQ(::write(efd, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+    });
+    std::array<bmi::Completion, 4> out{};
+    auto start = std::chrono::steady_clock::now();
+    ATF_REQUIRE_EQ(b.testcontext(ctx, out, 10000), 0U);
+    auto took = std::chrono::steady_clock::now() - start;
+    writer.join();
+    ATF_REQUIRE(took >= 50ms);
+    ATF_REQUIRE(took < 5s);
+
+    std::uint64_t value = 0;
+    ATF_REQUIRE_EQ(::read(efd, &value, sizeof value), static_cast<ssize_t>(sizeof value));
+    start = std::chrono::steady_clock::now();
+    ATF_REQUIRE_EQ(b.testcontext(ctx, out, 300), 0U);
+    took = std::chrono::steady_clock::now() - start;
+    ATF_REQUIRE(took >= 250ms);
+
+    ATF_REQUIRE_EQ(b.unwatch_fd(efd), 0);
+    ATF_REQUIRE_EQ(b.unwatch_fd(efd), -ENOENT);
+    ::close(efd);
+}
+
 BMI_TEST(bad_addresses)
 {
     bmi::Bmi c(client_options());
@@ -649,6 +694,8 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, idle_timeout_uring);
     ATF_ADD_TEST_CASE(tcs, idle_peer_alive_epoll);
     ATF_ADD_TEST_CASE(tcs, idle_peer_alive_uring);
+    ATF_ADD_TEST_CASE(tcs, watch_fd_epoll);
+    ATF_ADD_TEST_CASE(tcs, watch_fd_uring);
     ATF_ADD_TEST_CASE(tcs, bad_addresses_epoll);
     ATF_ADD_TEST_CASE(tcs, bad_addresses_uring);
     ATF_ADD_TEST_CASE(tcs, drop_addr_epoll);

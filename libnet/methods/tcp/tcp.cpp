@@ -244,6 +244,8 @@ public:
     [[nodiscard]] std::uint64_t open_connections() const override;
     [[nodiscard]] std::uint64_t engine() const override { return engine_->id(); }
     [[nodiscard]] Clock::time_point heard_from(std::uint32_t i) const override;
+    int watch_external(int fd) override;
+    int unwatch_external(int fd) override;
 
 private:
     Peer &peer_of(Addr addr);
@@ -305,12 +307,18 @@ private:
     std::vector<OpList> buckets_;
     std::vector<std::uint32_t> to_parse_; // connections with staged bytes to retry
     Clock::time_point last_ping_round_;
+    std::vector<int> externals_;         // the caller's watched fds (Bmi::watch_fd)
     std::vector<std::uint32_t> dirty_;   // connections with frames queued meanwhile
     std::vector<std::uint32_t> unread_;  // connections left with unread input
     std::vector<std::uint32_t> scratch_; // reused by progress: no allocation per call
 };
 
+// Event keys: a connection's is (generation << 32) | index with a 30-bit
+// generation; the two top bits mark listeners and the caller's watched fds.
 constexpr std::uint64_t listener_bit = std::uint64_t{1} << 63U;
+constexpr std::uint64_t external_bit = std::uint64_t{1} << 62U;
+constexpr std::uint32_t generation_mask = (std::uint32_t{1} << 30U) - 1;
+constexpr std::size_t max_external_fds = 64;
 
 std::uint64_t event_key(std::uint32_t c, std::uint32_t generation)
 {
@@ -444,7 +452,8 @@ std::uint32_t TcpMethod::new_conn(UniqueFd fd)
     }
     Conn &k = *conns_[c];
     k.fd = std::move(fd);
-    k.generation = ++conn_generation_;
+    conn_generation_ = (conn_generation_ + 1) & generation_mask;
+    k.generation = conn_generation_;
     k.peer = no_addr;
     k.connecting = k.hello_received = k.paused = false;
     k.closed = false;
@@ -1514,6 +1523,10 @@ void TcpMethod::progress(int timeout_ms)
             accept_all();
             continue;
         }
+        if ((key & external_bit) != 0) {
+            core_.external_ready = true;
+            continue;
+        }
         const auto c = static_cast<std::uint32_t>(key & 0xffffffffU);
         const auto gen = static_cast<std::uint32_t>(key >> 32U);
         if (c >= conns_.size() || conns_[c]->closed || conns_[c]->generation != gen)
@@ -1549,6 +1562,27 @@ void TcpMethod::progress(int timeout_ms)
                 flush(c);
         }
     }
+}
+
+int TcpMethod::watch_external(int fd)
+{
+    if (std::find(externals_.begin(), externals_.end(), fd) != externals_.end())
+        return -EEXIST;
+    if (externals_.size() >= max_external_fds)
+        return -ENOSPC;
+    engine_->add(fd, external_bit | static_cast<std::uint64_t>(fd), EPOLLIN);
+    externals_.push_back(fd);
+    return 0;
+}
+
+int TcpMethod::unwatch_external(int fd)
+{
+    const auto it = std::find(externals_.begin(), externals_.end(), fd);
+    if (it == externals_.end())
+        return -ENOENT;
+    engine_->remove(fd, external_bit | static_cast<std::uint64_t>(fd));
+    externals_.erase(it);
+    return 0;
 }
 
 Clock::time_point TcpMethod::heard_from(std::uint32_t i) const
