@@ -437,10 +437,10 @@ void Core::expire_idle_ops()
         timeouts_.remove(ops, i);
         // The peer still answers (its method pings it while ops wait on
         // it): the op waits for the peer's application, not for a dead
-        // link, so it stays.  Requeued by the time heard, which pings keep
-        // within a quarter of the timeout of now.
-        if (const Clock::time_point heard = method_of(i).heard_from(i); heard > limit) {
-            ops[i].last_progress = heard;
+        // link, so it stays, requeued by the time the method gives (close
+        // to now: the list stays nearly ordered).
+        if (const Clock::time_point alive = method_of(i).peer_alive(i); alive > limit) {
+            ops[i].last_progress = alive;
             timeouts_.push_back(ops, i);
             continue;
         }

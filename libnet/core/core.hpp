@@ -106,10 +106,14 @@ public:
     // Moves bytes; sleeps at most timeout_ms when there is nothing to do.
     virtual void progress(int timeout_ms) = 0;
     virtual void drop_peer(Addr addr, int error) = 0;
-    // When the op's peer was last heard from on a connection that is still
-    // open (any frame, pongs included), or time_point::min().  An op that
-    // waits on a peer heard from recently is waiting, not stuck.
-    [[nodiscard]] virtual Clock::time_point heard_from(std::uint32_t op_index) const = 0;
+    // Asked when an op has made no progress for the idle timeout: is its
+    // peer alive?  Returns the time to count the op's idleness from: when
+    // the peer was last heard from (any frame, pongs included) if that is
+    // recent; a moment a quarter of the timeout ahead while a ping to it is
+    // still young (one is sent now if none is out); time_point::min() when
+    // the connection is gone or a ping went unanswered for that long.  An op
+    // that waits on a live peer is waiting, not stuck.
+    virtual Clock::time_point peer_alive(std::uint32_t op_index) = 0;
     // Watches a caller's fd in the method's sleep (Bmi::watch_fd); when it
     // is readable the method sets Core::external_ready.
     virtual int watch_external(int fd) = 0;

@@ -619,6 +619,72 @@ BMI_TEST(watch_fd)
     ::close(efd);
 }
 
+// A receive posted before a long one-way stream (bench-net's ack) must
+// survive the stream: the streaming side hears from its peer only through
+// the liveness pings, which must get through behind the data.
+BMI_TEST(receive_outlives_stream)
+{
+    Pair p;
+    p.hello();
+    ATF_REQUIRE_EQ(p.server.set_info(bmi::Info::idle_timeout_ms, 300), 0);
+    ATF_REQUIRE_EQ(p.client.set_info(bmi::Info::idle_timeout_ms, 300), 0);
+    int ack = 0;
+    const bmi::Post r = p.client.post_recv(p.to_server, &ack, sizeof ack, 50, nullptr, p.cctx);
+    ATF_REQUIRE_EQ(r.error, 0);
+    std::array<char, 100> msg{};
+    std::array<char, 100> in{};
+    const auto start = std::chrono::steady_clock::now();
+    std::size_t sent = 0;
+    while (std::chrono::steady_clock::now() - start < 1500ms) {
+        const bmi::Post s =
+            p.client.post_send(p.to_server, msg.data(), msg.size(), 51, nullptr, p.cctx);
+        ATF_REQUIRE_EQ(s.error, 0);
+        if (!s.completed)
+            ATF_REQUIRE_EQ(wait_op(p.client, s.op, p.server).error, 0);
+        ++sent;
+        const bmi::Post rr =
+            p.server.post_recv(p.to_client, in.data(), in.size(), 51, nullptr, p.sctx);
+        ATF_REQUIRE_EQ(rr.error, 0);
+        if (!rr.completed)
+            ATF_REQUIRE_EQ(wait_op(p.server, rr.op, p.client).error, 0);
+    }
+    const int v = 9;
+    finish(p.server, p.server.post_send(p.to_client, &v, sizeof v, 50, nullptr, p.sctx), p.client);
+    const bmi::Completion c = wait_op(p.client, r.op, p.server);
+    ATF_REQUIRE_EQ(c.error, 0);
+    ATF_REQUIRE_EQ(ack, 9);
+    ATF_REQUIRE(sent > 10);
+}
+
+// This side did not run for longer than the idle timeout (its application
+// was busy), so no pings went out meanwhile: the waiting receive must not
+// fail on its first look but ask the peer, which answers.
+BMI_TEST(receive_survives_own_pause)
+{
+    Pair p;
+    p.hello();
+    ATF_REQUIRE_EQ(p.client.set_info(bmi::Info::idle_timeout_ms, 300), 0);
+    int ack = 0;
+    const bmi::Post r = p.client.post_recv(p.to_server, &ack, sizeof ack, 60, nullptr, p.cctx);
+    ATF_REQUIRE_EQ(r.error, 0);
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < 1000ms)
+        poke(p.server); // only the server runs
+    bmi::Completion c;
+    const auto again = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - again < 1000ms) {
+        if (p.client.test(r.op, c, 5))
+            ATF_FAIL("the receive ended although its peer answers: error " +
+                     std::to_string(c.error));
+        poke(p.server);
+    }
+    const int v = 3;
+    finish(p.server, p.server.post_send(p.to_client, &v, sizeof v, 60, nullptr, p.sctx), p.client);
+    c = wait_op(p.client, r.op, p.server);
+    ATF_REQUIRE_EQ(c.error, 0);
+    ATF_REQUIRE_EQ(ack, 3);
+}
+
 BMI_TEST(bad_addresses)
 {
     bmi::Bmi c(client_options());
@@ -696,6 +762,10 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, idle_peer_alive_uring);
     ATF_ADD_TEST_CASE(tcs, watch_fd_epoll);
     ATF_ADD_TEST_CASE(tcs, watch_fd_uring);
+    ATF_ADD_TEST_CASE(tcs, receive_outlives_stream_epoll);
+    ATF_ADD_TEST_CASE(tcs, receive_outlives_stream_uring);
+    ATF_ADD_TEST_CASE(tcs, receive_survives_own_pause_epoll);
+    ATF_ADD_TEST_CASE(tcs, receive_survives_own_pause_uring);
     ATF_ADD_TEST_CASE(tcs, bad_addresses_epoll);
     ATF_ADD_TEST_CASE(tcs, bad_addresses_uring);
     ATF_ADD_TEST_CASE(tcs, drop_addr_epoll);

@@ -243,14 +243,13 @@ public:
     void drop_peer(Addr addr, int error) override;
     [[nodiscard]] std::uint64_t open_connections() const override;
     [[nodiscard]] std::uint64_t engine() const override { return engine_->id(); }
-    [[nodiscard]] Clock::time_point heard_from(std::uint32_t i) const override;
+    Clock::time_point peer_alive(std::uint32_t i) override;
     int watch_external(int fd) override;
     int unwatch_external(int fd) override;
 
 private:
     Peer &peer_of(Addr addr);
     Peer *peer_ptr(Addr addr);
-    [[nodiscard]] const Peer *peer_ptr(Addr addr) const;
     Op &op(std::uint32_t i) { return core_.ops[i]; }
 
     // connections
@@ -285,6 +284,7 @@ private:
 
     void finish(std::uint32_t i, int error, std::size_t actual);
     void ping_waiting_peers();
+    void ping(Peer &p, Clock::time_point now);
     void unlink(std::uint32_t i);
     void fail_peer_ops(Peer &p, int error);
 
@@ -351,13 +351,6 @@ TcpMethod::~TcpMethod()
     for (std::size_t l = 0; l < listeners_.size(); ++l)
         engine_->remove(listeners_[l].get(), listener_bit | l);
     listeners_.clear();
-}
-
-const Peer *TcpMethod::peer_ptr(Addr addr) const
-{
-    if (addr == no_addr || addr > peers_.size() || !peers_[addr - 1])
-        return nullptr;
-    return peers_[addr - 1].get();
 }
 
 Peer *TcpMethod::peer_ptr(Addr addr)
@@ -1585,12 +1578,39 @@ int TcpMethod::unwatch_external(int fd)
     return 0;
 }
 
-Clock::time_point TcpMethod::heard_from(std::uint32_t i) const
+Clock::time_point TcpMethod::peer_alive(std::uint32_t i)
 {
-    const Peer *p = peer_ptr(core_.ops[i].peer);
-    if (p == nullptr || p->conns.empty())
+    Peer *p = peer_ptr(core_.ops[i].peer);
+    if (p == nullptr || p->tx_conn == no_index || conns_[p->tx_conn]->closed ||
+        !conns_[p->tx_conn]->hello_received)
         return Clock::time_point::min();
-    return p->heard;
+    const auto now = Clock::now();
+    const auto idle = core_.limits.idle_timeout;
+    const auto grace = idle / 4;
+    if (now - p->heard < idle)
+        return p->heard;
+    if (p->pinged > p->heard) {
+        // A ping is out.  Unanswered for a quarter of the timeout: the peer
+        // is hung or gone.  Younger: look again when it is that old.
+        if (now - p->pinged >= grace)
+            return Clock::time_point::min();
+        return p->pinged + grace - idle;
+    }
+    // Silent, and not asked since: this side did not run for a while (its
+    // application was busy), so the periodic pings did not go out.  Ask now
+    // and give the answer a quarter of the timeout.
+    ping(*p, now);
+    return now + grace - idle;
+}
+
+void TcpMethod::ping(Peer &p, Clock::time_point now)
+{
+    FrameHeader h;
+    h.type = FrameType::ping;
+    gossip::debug(gossip::Mask::tcp, "pinging {}: silent for {} ms with ops waiting", p.hostport,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - p.heard).count());
+    queue_control(p, h);
+    p.pinged = now;
 }
 
 // A peer with ops waiting on it that has been silent for a quarter of the
@@ -1611,15 +1631,10 @@ void TcpMethod::ping_waiting_peers()
             continue;
         Peer &p = *pp;
         const Conn &k = *conns_[p.tx_conn];
-        if (k.closed || !k.hello_received || now - p.heard < quarter || now - p.pinged < quarter)
+        // One ping at a time: an unanswered one is what peer_alive() times.
+        if (k.closed || !k.hello_received || now - p.heard < quarter || p.pinged > p.heard)
             continue;
-        FrameHeader ping;
-        ping.type = FrameType::ping;
-        gossip::debug(gossip::Mask::tcp, "pinging {}: silent for {} ms with ops waiting",
-                      p.hostport,
-                      std::chrono::duration_cast<std::chrono::milliseconds>(now - p.heard).count());
-        queue_control(p, ping);
-        p.pinged = now;
+        ping(p, now);
     }
 }
 
