@@ -6,6 +6,7 @@
 #include "pvfs/gossip.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -423,7 +424,15 @@ bool Core::idle_step(const WaitWindow &w)
     // Polling first: a reply that comes within microseconds is seen
     // without paying for a sleep and a wake-up, which cost more than the
     // message itself on loopback and on fast networks.
-    progress(Clock::now() < w.spin_until ? 0 : budget);
+    if (Clock::now() < w.spin_until) {
+        progress(0);
+        // The peer may share this CPU (the scheduler often puts a waker
+        // and its wakee together): it must get to run to answer, and
+        // polling without yielding would hold the CPU for the whole spin.
+        ::sched_yield();
+    } else {
+        progress(budget);
+    }
     return true;
 }
 
