@@ -305,15 +305,24 @@ void lat_echo(const std::string &engine, const std::string &parent_url, const be
 {
     peer_link link(engine, parent_url, 0);
     endpoint &ep = link.ep;
-    std::vector<std::byte> ping = filled(o.largest(), std::byte{0xa5});
+    // Two ping buffers: the next ping's receive is posted before the pong
+    // goes (pre-posting, as MPI programs do), so BMI can tell the parent
+    // that the receive waits (READY) and the ping comes without RTS/CTS.
+    std::array<std::vector<std::byte>, 2> ping{filled(o.largest(), std::byte{0xa5}),
+                                               filled(o.largest(), std::byte{0xa5})};
     const std::vector<std::byte> pong = filled(o.largest(), std::byte{0x5a});
     for (unsigned rep = 0; rep < o.reps; ++rep) {
         for (const std::size_t size : o.sizes) {
-            for (unsigned i = 0; i < o.warmup + o.iters; ++i) {
-                if (ep.wait(ep.bmi().post_recv(link.parent, ping.data(), size, tag_data, nullptr,
-                                               ep.single()),
-                            "recv ping") != size)
+            const unsigned count = o.warmup + o.iters;
+            bmi::Post next = ep.bmi().post_recv(link.parent, ping[0].data(), size, tag_data,
+                                                nullptr, ep.single());
+            for (unsigned i = 0; i < count; ++i) {
+                const bmi::Post r = next;
+                if (ep.wait(r, "recv ping") != size)
                     throw std::runtime_error("short ping");
+                if (i + 1 < count)
+                    next = ep.bmi().post_recv(link.parent, ping[(i + 1) % 2].data(), size, tag_data,
+                                              nullptr, ep.single());
                 ep.wait(ep.bmi().post_send(link.parent, pong.data(), size, tag_data, nullptr,
                                            ep.single()),
                         "send pong");

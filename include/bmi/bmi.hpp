@@ -74,6 +74,8 @@ enum class Info : std::uint8_t {
                            // its ops fail with -ECONNRESET
     engine,                // get: 1 epoll, 2 io_uring (env BMI_TCP_ENGINE)
     open_connections,      // get: connections currently open
+    direct_sends,          // get: messages above the eager limit sent at once
+                           // into a receive the peer announced (no RTS/CTS)
 };
 
 // A contiguous piece of a list send / receive.

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <new>
 #include <system_error>
@@ -150,6 +151,25 @@ constexpr OpId make_id(std::uint32_t generation, std::uint32_t index)
 
 } // namespace
 
+// BMI_SPIN_US overrides the default poll time of test* calls, like
+// set_info(Info::spin_us) (an admin tunes it without rebuilding programs).
+void Core::apply_spin_env()
+{
+    const char *env = std::getenv("BMI_SPIN_US"); // NOLINT(concurrency-mt-unsafe): at init
+    if (env == nullptr || *env == '\0')
+        return;
+    unsigned long long value = 0;
+    const std::string_view text(env);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc{} || end != text.data() + text.size() || value > Limits::max_spin_us) {
+        pvfs::gossip::warning(pvfs::gossip::Mask::bmi,
+                              "BMI_SPIN_US='{}' ignored: expected 0..{} microseconds", text,
+                              Limits::max_spin_us);
+        return;
+    }
+    limits.spin = std::chrono::microseconds(value);
+}
+
 Core::Core(const Options &options)
 {
     // PVFS_DEBUG=bmi,tcp turns on BMI's debug log in any program using it.
@@ -159,6 +179,7 @@ Core::Core(const Options &options)
         return true;
     }();
     (void)env_read;
+    apply_spin_env();
     methods_.push_back(tcp::make_method(*this, options.tcp_engine));
     contexts_.emplace_back(); // context 0 is never handed out
     for (const std::string &url : options.listen) {
@@ -605,7 +626,7 @@ int Core::set_info(Info key, std::uint64_t value)
         limits.keepalive = std::chrono::milliseconds(value);
         return 0;
     case Info::spin_us:
-        if (value > 10000)
+        if (value > Limits::max_spin_us)
             return -EINVAL;
         limits.spin = std::chrono::microseconds(value);
         return 0;
@@ -616,6 +637,7 @@ int Core::set_info(Info key, std::uint64_t value)
         return 0;
     case Info::engine:
     case Info::open_connections:
+    case Info::direct_sends:
         return -EINVAL;
     }
     return -EINVAL;
@@ -642,6 +664,12 @@ std::uint64_t Core::get_info(Info key) const
         std::uint64_t n = 0;
         for (const auto &m : methods_)
             n += m->open_connections();
+        return n;
+    }
+    case Info::direct_sends: {
+        std::uint64_t n = 0;
+        for (const auto &m : methods_)
+            n += m->direct_sends();
         return n;
     }
     case Info::drop_addr:

@@ -119,6 +119,7 @@ public:
     virtual int watch_external(int fd) = 0;
     virtual int unwatch_external(int fd) = 0;
     [[nodiscard]] virtual std::uint64_t open_connections() const = 0;
+    [[nodiscard]] virtual std::uint64_t direct_sends() const = 0;
     [[nodiscard]] virtual std::uint64_t engine() const = 0;
 };
 
@@ -131,6 +132,7 @@ struct Limits {
     std::chrono::milliseconds keepalive{10000};
     // How long a test* call polls before it sleeps (see Info::spin_us).
     std::chrono::microseconds spin{50};
+    static constexpr std::uint64_t max_spin_us = 10000;
 };
 
 // Delivers unexpected messages; shared with the messages so that freeing one
@@ -214,6 +216,7 @@ private:
     // Runs every method once; sleeps at most timeout_ms.
     void progress(int timeout_ms);
     void expire_idle_ops();
+    void apply_spin_env();
     [[nodiscard]] Method &method_of(std::uint32_t i) { return *addrs_[ops[i].peer - 1].method; }
     [[nodiscard]] static int sleep_budget(Clock::time_point deadline);
     // The deadline of a test* call and the end of its polling phase.

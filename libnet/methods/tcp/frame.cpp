@@ -36,7 +36,7 @@ constexpr std::size_t off_size = 16;
 constexpr std::size_t off_cookie = 24;
 constexpr std::size_t off_cookie2 = 32;
 
-constexpr std::size_t hello_fixed = 14;
+constexpr std::size_t hello_fixed = 22;
 
 } // namespace
 
@@ -64,7 +64,7 @@ const char *decode(std::span<const std::byte, frame_header_size> in, const Frame
         return "unsupported protocol version";
     const auto type = get<std::uint8_t>(p + off_type);
     if (type < static_cast<std::uint8_t>(FrameType::hello) ||
-        type > static_cast<std::uint8_t>(FrameType::pong))
+        type > static_cast<std::uint8_t>(FrameType::direct))
         return "unknown frame type";
     out.type = static_cast<FrameType>(type);
     out.flags = get<std::uint16_t>(p + off_flags);
@@ -116,6 +116,14 @@ const char *decode(std::span<const std::byte, frame_header_size> in, const Frame
         if (out.size != 0)
             return "ping or pong with a payload";
         break;
+    case FrameType::ready:
+        if (out.size > max_message_size || out.cookie2 == 0)
+            return "malformed ready";
+        break;
+    case FrameType::direct:
+        if (out.size > limits.chunk)
+            return "direct message above the advertised chunk size";
+        break;
     }
     return nullptr;
 }
@@ -131,7 +139,8 @@ void encode_hello(const HelloBody &body, std::span<std::byte> out) noexcept
     put<std::uint32_t>(p, body.eager_limit);
     put<std::uint32_t>(p + 4, body.unexpected_limit);
     put<std::uint32_t>(p + 8, body.chunk);
-    put<std::uint16_t>(p + 12, static_cast<std::uint16_t>(body.url.size()));
+    put<std::uint64_t>(p + 12, body.incarnation);
+    put<std::uint16_t>(p + 20, static_cast<std::uint16_t>(body.url.size()));
     std::memcpy(p + hello_fixed, body.url.data(), body.url.size());
 }
 
@@ -143,11 +152,14 @@ const char *decode_hello(std::span<const std::byte> in, HelloBody &out)
     out.eager_limit = get<std::uint32_t>(p);
     out.unexpected_limit = get<std::uint32_t>(p + 4);
     out.chunk = get<std::uint32_t>(p + 8);
-    const auto len = get<std::uint16_t>(p + 12);
+    out.incarnation = get<std::uint64_t>(p + 12);
+    const auto len = get<std::uint16_t>(p + 20);
     if (len > hello_max_url || hello_fixed + len != in.size())
         return "hello url length does not match the frame";
     if (out.eager_limit == 0 || out.unexpected_limit == 0 || out.chunk == 0)
         return "hello with a zero limit";
+    if (out.incarnation == 0)
+        return "hello without an incarnation";
     out.url.assign(reinterpret_cast<const char *>(p + hello_fixed), len);
     for (const char c : out.url) {
         if (c < 0x21 || c > 0x7e)

@@ -14,7 +14,7 @@
 namespace bmi::tcp {
 
 inline constexpr std::uint32_t frame_magic = 0x31494d42; // "BMI1"
-inline constexpr std::uint8_t frame_version = 1;
+inline constexpr std::uint8_t frame_version = 2;
 inline constexpr std::size_t frame_header_size = 40;
 inline constexpr std::size_t hello_max_url = 512;
 // Largest message a rendezvous may announce (1 TiB): a sanity bound.
@@ -31,6 +31,10 @@ enum class FrameType : std::uint8_t {
     cancel = 8,     // sender ends a rendezvous; cookie: sender op; cookie2: receiver op or 0
     ping = 9,       // are you there?  No payload; answered with pong
     pong = 10,      // the answer to ping; no payload
+    ready = 11,     // receiver: a receive is posted for tag; size: its capacity;
+                    // cookie: messages seen from you; cookie2: receiver op
+    direct = 12,    // payload: a message above the eager limit, sent without
+                    // RTS/CTS because a READY announced its receive (cookie2)
 };
 
 struct FrameHeader {
@@ -55,6 +59,9 @@ struct HelloBody {
     std::uint32_t eager_limit = 0;
     std::uint32_t unexpected_limit = 0;
     std::uint32_t chunk = 0;
+    // Random per process: a new value means the peer restarted, so the
+    // message counts READY frames refer to start again.
+    std::uint64_t incarnation = 0;
     std::string url; // where the peer listens, "" for a pure client
 };
 
@@ -67,7 +74,8 @@ void encode(const FrameHeader &h, HeaderBytes &out) noexcept;
 const char *decode(std::span<const std::byte, frame_header_size> in, const FrameLimits &limits,
                    FrameHeader &out) noexcept;
 
-// hello payload: u32 eager, u32 unexpected, u32 chunk, u16 url length, url.
+// hello payload: u32 eager, u32 unexpected, u32 chunk, u64 incarnation,
+// u16 url length, url.
 std::size_t hello_size(const HelloBody &body) noexcept;
 void encode_hello(const HelloBody &body, std::span<std::byte> out) noexcept;
 const char *decode_hello(std::span<const std::byte> in, HelloBody &out);

@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -138,6 +139,12 @@ constexpr std::size_t chunk_size = std::size_t{512} * 1024;
 // Early (not yet received) eager messages buffered per peer.
 constexpr std::size_t early_peer_bytes = std::size_t{4} * 1024 * 1024;
 constexpr std::size_t max_iov = 64;
+// Messages to a peer whose tags are remembered, so that a READY can be
+// checked against the messages still in flight (see on_ready).
+constexpr std::uint64_t ready_window = 256;
+// READY announcements kept per peer; older ones are forgotten (they only
+// save a round trip).
+constexpr std::size_t max_readies = 16;
 constexpr int max_events = 64;
 
 // Op states inside this method (Op::mstate).
@@ -192,6 +199,15 @@ struct Conn {
     std::vector<std::byte> sink_buf;
     std::size_t early_index = 0; // which early item the payload fills (by serial)
     std::uint64_t early_serial = 0;
+    std::uint64_t remote_incarnation = 0; // from the peer's hello on this connection
+};
+
+// A receive the peer announced with READY: the next message on its tag,
+// if it fits, goes as DIRECT instead of RTS/CTS.
+struct Ready {
+    Tag tag = 0;
+    std::uint64_t receiver_op = 0;
+    std::uint64_t capacity = 0;
 };
 
 // A message that arrived before its receive was posted.
@@ -223,6 +239,12 @@ struct Peer {
     std::deque<Early> early;
     std::size_t early_bytes = 0;
     std::uint64_t early_serial = 0;
+    // Receiver-announced receives (docs/bmi.md, "Direct sends").
+    std::uint64_t incarnation = 0;             // the peer's, from its latest hello
+    std::uint64_t msgs_sent = 0;               // eager/rts/direct frames queued to it
+    std::uint64_t msgs_seen = 0;               // eager/rts/direct frames accepted from it
+    std::array<Tag, ready_window> sent_tags{}; // message n's tag at n % window
+    std::vector<Ready> readies;                // oldest first
 };
 
 class TcpMethod final : public Method {
@@ -242,6 +264,7 @@ public:
     void progress(int timeout_ms) override;
     void drop_peer(Addr addr, int error) override;
     [[nodiscard]] std::uint64_t open_connections() const override;
+    [[nodiscard]] std::uint64_t direct_sends() const override { return direct_sends_; }
     [[nodiscard]] std::uint64_t engine() const override { return engine_->id(); }
     Clock::time_point peer_alive(std::uint32_t i) override;
     int watch_external(int fd) override;
@@ -281,6 +304,10 @@ private:
     bool match_recv(Peer &p, Tag tag, std::uint32_t &out);
     static std::deque<Early>::iterator find_early(Peer &p, std::uint64_t serial);
     void resume_peer(Addr addr);
+    void announce_receive(Peer &p, std::uint32_t i);
+    static void on_ready(const Conn &k, Peer &p, const FrameHeader &h);
+    static bool take_ready(Peer &p, Tag tag, Ready &out);
+    static void note_sent(Peer &p, Tag tag);
 
     void finish(std::uint32_t i, int error, std::size_t actual);
     void ping_waiting_peers();
@@ -297,6 +324,7 @@ private:
     }
 
     Core &core_;
+    const std::uint64_t incarnation_;
     std::unique_ptr<Engine> engine_;
     std::vector<UniqueFd> listeners_;
     std::string my_url_;
@@ -311,6 +339,7 @@ private:
     std::vector<std::uint32_t> dirty_;   // connections with frames queued meanwhile
     std::vector<std::uint32_t> unread_;  // connections left with unread input
     std::vector<std::uint32_t> scratch_; // reused by progress: no allocation per call
+    std::uint64_t direct_sends_ = 0;
 };
 
 // Event keys: a connection's is (generation << 32) | index with a 30-bit
@@ -325,6 +354,18 @@ std::uint64_t event_key(std::uint32_t c, std::uint32_t generation)
     return (static_cast<std::uint64_t>(generation) << 32U) | c;
 }
 
+// Never 0 (a hello without one is malformed).
+std::uint64_t new_incarnation()
+{
+    std::uint64_t v = 0;
+    while (v == 0) {
+        if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
+            v = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
+                static_cast<std::uint64_t>(::getpid());
+    }
+    return v;
+}
+
 std::string engine_choice(std::string_view requested)
 {
     if (!requested.empty())
@@ -334,7 +375,7 @@ std::string engine_choice(std::string_view requested)
 }
 
 TcpMethod::TcpMethod(Core &core, std::string_view engine)
-    : core_(core), engine_(make_engine(engine_choice(engine))),
+    : core_(core), incarnation_(new_incarnation()), engine_(make_engine(engine_choice(engine))),
       buckets_(bucket_count, OpList{&Op::match})
 {
     core_.unexpected_pool->on_release = [this](Addr a) { resume_peer(a); };
@@ -513,6 +554,7 @@ void TcpMethod::queue_hello(std::uint32_t c)
     body.eager_limit = static_cast<std::uint32_t>(core_.limits.eager);
     body.unexpected_limit = static_cast<std::uint32_t>(core_.limits.unexpected);
     body.chunk = static_cast<std::uint32_t>(chunk_size);
+    body.incarnation = incarnation_;
     body.url = my_url_;
     TxItem item;
     FrameHeader h;
@@ -803,6 +845,7 @@ bool TcpMethod::post(std::uint32_t i)
             o.actual = n;
             return true;
         }
+        announce_receive(p, i);
         buckets_[bucket_of(o.peer, o.tag)].push_back(core_.ops, i);
         o.mstate = st_recv_posted;
         return false;
@@ -834,27 +877,36 @@ bool TcpMethod::start_send(std::uint32_t i, Peer &p)
     o.conn = c;
     FrameHeader h;
     h.tag = o.tag;
+    h.size = o.total;
     if (o.kind == OpKind::send_unexpected) {
         if (o.total > p.remote.unexpected_limit) {
             finish(i, -EMSGSIZE, 0);
             return false;
         }
         h.type = FrameType::unexpected;
-        h.size = o.total;
-        o.mstate = st_send_queued;
-    } else if (o.total <= p.remote.eager_limit) {
-        h.type = FrameType::eager;
-        h.size = o.total;
-        o.mstate = st_send_queued;
     } else {
-        h.type = FrameType::rts;
-        h.size = o.total;
-        h.cookie = o.id;
-        o.mstate = st_send_rts;
-        queue_frame(c, h, i, 0, 0);
-        flush(c);
-        return false;
+        // Every expected message consumes the READY of its tag, if any: it
+        // is the message that the announced receive will match.
+        note_sent(p, o.tag);
+        Ready r;
+        const bool announced = take_ready(p, o.tag, r);
+        if (o.total <= p.remote.eager_limit) {
+            h.type = FrameType::eager;
+        } else if (announced && o.total <= r.capacity && o.total <= p.remote.chunk) {
+            // The receive is posted and waits: skip the RTS/CTS round trip.
+            h.type = FrameType::direct;
+            h.cookie2 = r.receiver_op;
+            ++direct_sends_;
+        } else {
+            h.type = FrameType::rts;
+            h.cookie = o.id;
+            o.mstate = st_send_rts;
+            queue_frame(c, h, i, 0, 0);
+            flush(c);
+            return false;
+        }
     }
+    o.mstate = st_send_queued;
     const bool idle = conns_[c]->tx.empty();
     queue_frame(c, h, i, 0, o.total);
     if (idle) {
@@ -977,6 +1029,7 @@ void TcpMethod::item_written(std::uint32_t c, TxItem &item)
     core_.touch(i);
     switch (item.type) {
     case FrameType::eager:
+    case FrameType::direct:
     case FrameType::unexpected:
         o.done_bytes = o.total;
         finish(i, 0, o.total);
@@ -1002,6 +1055,75 @@ void TcpMethod::item_written(std::uint32_t c, TxItem &item)
 }
 
 // ---------------------------------------------------------------- receives
+
+// A receive about to wait in the match table: tell the sender, so that a
+// message above the eager limit comes at once instead of RTS -> CTS -> data.
+// Only when this receive is unambiguously the next one the peer's messages
+// on this tag will match: none is buffered (the caller checked) and no
+// other receive for (peer, tag) waits.
+void TcpMethod::announce_receive(Peer &p, std::uint32_t i)
+{
+    const Op &o = op(i);
+    if (o.total <= core_.limits.eager || p.tx_conn == no_index || !p.remote_known)
+        return;
+    const Conn &k = *conns_[p.tx_conn];
+    if (k.closed || k.connecting || !k.hello_received)
+        return;
+    const OpList &bucket = buckets_[bucket_of(p.addr, o.tag)];
+    for (std::uint32_t j = bucket.front(); j != no_index; j = bucket.next(core_.ops, j)) {
+        if (op(j).peer == p.addr && op(j).tag == o.tag)
+            return;
+    }
+    FrameHeader h;
+    h.type = FrameType::ready;
+    h.tag = o.tag;
+    h.size = o.total;
+    h.cookie = p.msgs_seen;
+    h.cookie2 = o.id;
+    const bool idle = k.tx.empty();
+    queue_frame(p.tx_conn, h, no_index, 0, 0);
+    if (idle)
+        flush(p.tx_conn);
+}
+
+void TcpMethod::note_sent(Peer &p, Tag tag)
+{
+    ++p.msgs_sent;
+    p.sent_tags[p.msgs_sent % ready_window] = tag;
+}
+
+// A READY is kept only if no message on its tag is in flight: every message
+// the receiver had not seen when it posted the receive (numbers after
+// h.cookie) is checked.  Such a message would match that receive first.
+void TcpMethod::on_ready(const Conn &k, Peer &p, const FrameHeader &h)
+{
+    if (k.remote_incarnation != p.incarnation)
+        return; // announced by a process that has since restarted
+    const std::uint64_t seen = h.cookie;
+    if (seen > p.msgs_sent || p.msgs_sent - seen >= ready_window)
+        return;
+    for (std::uint64_t n = seen + 1; n <= p.msgs_sent; ++n) {
+        if (p.sent_tags[n % ready_window] == h.tag)
+            return;
+    }
+    std::erase_if(p.readies, [&](const Ready &r) { return r.tag == h.tag; });
+    if (p.readies.size() >= max_readies)
+        p.readies.erase(p.readies.begin());
+    p.readies.push_back({h.tag, h.cookie2, h.size});
+}
+
+bool TcpMethod::take_ready(Peer &p, Tag tag, Ready &out)
+{
+    if (p.readies.empty())
+        return false;
+    const auto it = std::find_if(p.readies.begin(), p.readies.end(),
+                                 [&](const Ready &r) { return r.tag == tag; });
+    if (it == p.readies.end())
+        return false;
+    out = *it;
+    p.readies.erase(it);
+    return true;
+}
 
 bool TcpMethod::match_recv(Peer &p, Tag tag, std::uint32_t &out)
 {
@@ -1075,6 +1197,10 @@ TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
     switch (h.type) {
     case FrameType::hello:
         return Verdict::close; // handled above
+    case FrameType::direct:
+        // Matched like an eager message: the sender checked that the
+        // announced receive is the first this message can match, and if
+        // that receive was cancelled meanwhile, FIFO order still holds.
     case FrameType::eager: {
         std::uint32_t i = no_index;
         if (match_recv(*p, h.tag, i)) {
@@ -1214,6 +1340,9 @@ TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
     }
     case FrameType::pong:
         return Verdict::accept; // heard: that is all it is for
+    case FrameType::ready:
+        on_ready(k, *p, h);
+        return Verdict::accept;
     case FrameType::cancel: {
         if (h.cookie2 != 0) {
             Op *o = core_.find(h.cookie2);
@@ -1295,6 +1424,16 @@ void TcpMethod::payload_done(std::uint32_t c)
         }
         p->remote = body;
         p->remote_known = true;
+        k.remote_incarnation = body.incarnation;
+        if (p->incarnation != body.incarnation) {
+            // A new process behind this address: nothing sent to or seen
+            // from the old one counts for READY any more.  No message goes
+            // to a peer before its hello has arrived, so none is miscounted.
+            p->incarnation = body.incarnation;
+            p->msgs_sent = 0;
+            p->msgs_seen = 0;
+            p->readies.clear();
+        }
         p->heard = Clock::now();
         // Sends that waited for this connection go now, in order.
         if (p->tx_conn == c) {
@@ -1415,6 +1554,12 @@ bool TcpMethod::parse(std::uint32_t c)
             return false;
         }
         k.rb += frame_header_size;
+        if (h.type == FrameType::eager || h.type == FrameType::rts || h.type == FrameType::direct) {
+            // Counted when accepted (a paused header is parsed again).
+            Peer &p = *peer_ptr(k.peer);
+            if (k.remote_incarnation == p.incarnation)
+                ++p.msgs_seen;
+        }
         if (k.payload_left == 0 && k.sink != Sink::none)
             payload_done(c);
     }
