@@ -199,6 +199,14 @@ public:
     // Appends up to max unexpected messages to out.  Returns the count.
     std::size_t testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
                                int max_idle_ms);
+    // Both at once, for a server's single event loop: reaps up to
+    // done.size() finished ops of ctx into done (the count goes to
+    // *done_count) and appends up to max_unexpected unexpected messages to
+    // unexpected; waits up to max_idle_ms for the first of either (or a
+    // watched fd).  Returns the number of completions plus messages.
+    std::size_t testany(ContextId ctx, std::span<Completion> done, std::size_t &done_count,
+                        std::vector<UnexpectedMessage> &unexpected, std::size_t max_unexpected,
+                        int max_idle_ms);
 
     // Ends op with -ECANCELED (reported by test*) unless it has already
     // finished.  Affects nothing else.  Returns 0 or -EINVAL (unknown op).

@@ -587,6 +587,33 @@ std::size_t Core::testunexpected(std::vector<UnexpectedMessage> &out, std::size_
     }
 }
 
+std::size_t Core::testany(ContextId ctx, std::span<Completion> done, std::size_t &done_count,
+                          std::vector<UnexpectedMessage> &unexpected, std::size_t max_unexpected,
+                          int max_idle_ms)
+{
+    done_count = 0;
+    const bool ctx_ok = ctx != 0 && ctx < contexts_.size() && contexts_[ctx].open;
+    const WaitWindow window = wait_window(max_idle_ms);
+    progress(0);
+    for (;;) {
+        if (ctx_ok) {
+            OpList &list = contexts_[ctx].done;
+            while (done_count < done.size() && !list.empty())
+                done[done_count++] = reap(list.front());
+        }
+        std::size_t n = 0;
+        while (n < max_unexpected && !unexpected_.empty()) {
+            unexpected.push_back(std::move(unexpected_.front()));
+            unexpected_.pop_front();
+            ++n;
+        }
+        if (done_count + n > 0)
+            return done_count + n;
+        if (!idle_step(window))
+            return 0;
+    }
+}
+
 int Core::cancel(OpId id)
 {
     const std::uint32_t i = index_of(id);
@@ -793,6 +820,13 @@ std::size_t Bmi::testsome(std::span<const OpId> ops, std::vector<Completion> &ou
 std::size_t Bmi::testcontext(ContextId ctx, std::span<Completion> out, int max_idle_ms)
 {
     return core_->testcontext(ctx, out, max_idle_ms);
+}
+
+std::size_t Bmi::testany(ContextId ctx, std::span<Completion> done, std::size_t &done_count,
+                         std::vector<UnexpectedMessage> &unexpected, std::size_t max_unexpected,
+                         int max_idle_ms)
+{
+    return core_->testany(ctx, done, done_count, unexpected, max_unexpected, max_idle_ms);
 }
 
 std::size_t Bmi::testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,

@@ -192,6 +192,9 @@ public:
     bool test(OpId id, Completion &out, int max_idle_ms);
     std::size_t testsome(std::span<const OpId> ids, std::vector<Completion> &out, int max_idle_ms);
     std::size_t testcontext(ContextId ctx, std::span<Completion> out, int max_idle_ms);
+    std::size_t testany(ContextId ctx, std::span<Completion> done, std::size_t &done_count,
+                        std::vector<UnexpectedMessage> &unexpected, std::size_t max_unexpected,
+                        int max_idle_ms);
     std::size_t testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
                                int max_idle_ms);
     int cancel(OpId id);

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -580,6 +581,55 @@ BMI_TEST(idle_peer_alive)
 
 // A watched fd (say, a storage completion queue's eventfd) cuts a test*
 // sleep short; once drained it no longer does.
+// A server's event loop waits once for both kinds of event: completions of
+// its context and new requests.
+BMI_TEST(testany_sees_both)
+{
+    Pair p;
+    p.hello();
+    std::array<char, 8> buf{};
+    const bmi::Post r = p.server.post_recv(p.to_client, buf.data(), buf.size(), 7, &buf, p.sctx);
+    ATF_REQUIRE(r.ok() && !r.completed);
+    const char data[] = "data";
+    finish(p.client, p.client.post_send(p.to_server, data, sizeof data, 7, nullptr, p.cctx),
+           p.server);
+    const char request[] = "req";
+    finish(p.client,
+           p.client.post_sendunexpected(p.to_server, request, sizeof request, 9, nullptr, p.cctx),
+           p.server);
+
+    std::array<bmi::Completion, 4> done{};
+    std::size_t done_total = 0;
+    std::vector<bmi::UnexpectedMessage> unexpected;
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (done_total < 1 || unexpected.empty()) {
+        std::size_t n_done = 0;
+        const std::size_t n = p.server.testany(p.sctx, std::span(done).subspan(done_total), n_done,
+                                               unexpected, 4, 10);
+        ATF_REQUIRE(n >= n_done);
+        done_total += n_done;
+        poke(p.client);
+        if (std::chrono::steady_clock::now() > deadline)
+            ATF_FAIL("testany did not deliver both within 20 s");
+    }
+    ATF_REQUIRE_EQ(done_total, 1U);
+    ATF_REQUIRE_EQ(done[0].op, r.op);
+    ATF_REQUIRE_EQ(done[0].error, 0);
+    ATF_REQUIRE_EQ(done[0].user_ptr, static_cast<void *>(&buf));
+    ATF_REQUIRE_EQ(done[0].actual_size, sizeof data);
+    ATF_REQUIRE_EQ(std::string(buf.data()), "data");
+    ATF_REQUIRE_EQ(unexpected.size(), 1U);
+    ATF_REQUIRE_EQ(unexpected[0].tag(), 9);
+    ATF_REQUIRE_EQ(unexpected[0].data().size(), sizeof request);
+
+    // Nothing pending: it sleeps out max_idle_ms and returns 0.
+    std::size_t n_done = 1;
+    const auto start = std::chrono::steady_clock::now();
+    ATF_REQUIRE_EQ(p.server.testany(p.sctx, done, n_done, unexpected, 4, 100), 0U);
+    ATF_REQUIRE_EQ(n_done, 0U);
+    ATF_REQUIRE(std::chrono::steady_clock::now() - start >= 90ms);
+}
+
 BMI_TEST(watch_fd)
 {
     bmi::Bmi b(server_options());
@@ -887,6 +937,8 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, idle_timeout_uring);
     ATF_ADD_TEST_CASE(tcs, idle_peer_alive_epoll);
     ATF_ADD_TEST_CASE(tcs, idle_peer_alive_uring);
+    ATF_ADD_TEST_CASE(tcs, testany_sees_both_epoll);
+    ATF_ADD_TEST_CASE(tcs, testany_sees_both_uring);
     ATF_ADD_TEST_CASE(tcs, watch_fd_epoll);
     ATF_ADD_TEST_CASE(tcs, watch_fd_uring);
     ATF_ADD_TEST_CASE(tcs, receive_outlives_stream_epoll);
