@@ -1,0 +1,614 @@
+// proto: the pvfs request/response codec.  Every message between a client
+// (tools, pvfsd) and a pvfs-server is one BMI message: a request (sent
+// unexpected) or a response (expected, on the request's tag).  This library
+// turns the typed structs below into those bytes and back, signs and
+// verifies them with the cluster key, and guards servers against replays.
+// It does no networking.  The byte layout is in docs/protocol.md.
+//
+//     proto::Request req{.request_id = 7, .session = s, .seq = ++seq,
+//                        .time_ns = now, .cred = cred,
+//                        .body = proto::LookupRequest{.parent = dir, .name = "a"}};
+//     proto::encode(req, key, buffer);          // buffer: reused, no allocation once warm
+//     ...
+//     proto::Request in;
+//     if (auto r = proto::decode(bytes, key, in); !r) log(r.message());
+//
+// Every integer is little-endian; every length is checked against the bytes
+// left and against the field's limit before anything is allocated.  A
+// decoded message has passed its MAC and holds only valid values (names
+// are valid path components, enums are known, nanoseconds < 1e9).  Encoding
+// does not validate: the caller sends valid values (check limits where
+// they arise, e.g. ENAMETOOLONG in the client), or the peer rejects the
+// message.
+#ifndef PVFS_PROTO_HPP
+#define PVFS_PROTO_HPP
+
+#include <array>
+#include <bitset>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "pvfs/types.hpp"
+
+namespace pvfs::proto {
+
+inline constexpr std::uint32_t request_magic = 0x51465650;  // "PVFQ" in little-endian bytes
+inline constexpr std::uint32_t response_magic = 0x52465650; // "PVFR"
+inline constexpr std::uint16_t protocol_version = 1;
+inline constexpr std::size_t mac_size = 32; // HMAC-SHA-256
+inline constexpr std::size_t key_size = 32;
+
+// Protocol limits beyond types.hpp's; the decoder rejects anything larger.
+inline constexpr std::size_t max_readdir_entries = 4096;
+inline constexpr std::size_t max_config_text = std::size_t{1} << 20U;
+inline constexpr std::size_t max_inline_data = std::size_t{64} << 10U;
+inline constexpr std::size_t max_object_sizes = 1024;  // handles in one object_sizes
+inline constexpr std::size_t max_list_handles = 16384; // handles in one list reply
+inline constexpr std::size_t max_xattr_names = 4096;   // names in one xattr_list reply
+inline constexpr std::size_t max_server_text = 255;    // status: server name, version
+// Above every valid message (the largest is a get_config reply).
+inline constexpr std::size_t max_message_size = max_config_text + 4096;
+
+// Operation numbers are on the wire: never renumber, only append.
+enum class Op : std::uint16_t {
+    get_config = 1,
+    status = 2,
+    lookup = 3,
+    getattr = 4,
+    setattr = 5,
+    create = 6,
+    mkdir = 7,
+    mknod = 8,
+    symlink = 9,
+    link = 10,
+    readlink = 11,
+    remove = 12,
+    rmdir = 13,
+    rename = 14,
+    readdir = 15,
+    statfs = 16,
+    read = 17,
+    write = 18,
+    fsync = 19,
+    object_sizes = 20,
+    truncate_object = 21,
+    remove_object = 22,
+    list_objects = 23,
+    xattr_get = 24,
+    xattr_set = 25,
+    xattr_list = 26,
+    xattr_remove = 27,
+    layout_get = 28,
+    layout_set = 29,
+    list_handles = 30,
+};
+inline constexpr std::uint16_t op_count = 30;
+
+// "lookup", "xattr_set", ...; "unknown" for a value outside Op.
+[[nodiscard]] const char *op_name(Op op) noexcept;
+
+using Bytes = std::vector<std::byte>;
+
+// ---- pieces shared by several bodies ------------------------------------
+
+// A byte range of a data object (object offsets on one data server).
+struct Region {
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    friend bool operator==(const Region &, const Region &) = default;
+};
+
+struct DirEntry {
+    std::string name;
+    Handle handle = no_handle;
+    ObjectType type = ObjectType::regular;
+    std::uint64_t cookie = 0; // resumes the listing after this entry
+    friend bool operator==(const DirEntry &, const DirEntry &) = default;
+};
+
+// setattr mask bits: which fields of the request to apply.
+inline constexpr std::uint32_t set_mode = 1U << 0U;
+inline constexpr std::uint32_t set_uid = 1U << 1U;
+inline constexpr std::uint32_t set_gid = 1U << 2U;
+inline constexpr std::uint32_t set_atime = 1U << 3U;
+inline constexpr std::uint32_t set_mtime = 1U << 4U;
+inline constexpr std::uint32_t set_atime_now = 1U << 5U;
+inline constexpr std::uint32_t set_mtime_now = 1U << 6U;
+inline constexpr std::uint32_t set_ctime = 1U << 7U;
+inline constexpr std::uint32_t set_all = (1U << 8U) - 1;
+
+inline constexpr std::uint32_t rename_noreplace = 1;
+inline constexpr std::uint32_t rename_exchange = 2;
+
+inline constexpr std::uint32_t xattr_create = 1;
+inline constexpr std::uint32_t xattr_replace = 2;
+
+// status roles bitmask
+inline constexpr std::uint32_t role_metadata = 1;
+inline constexpr std::uint32_t role_data = 2;
+
+// object_sizes: the size reported for a handle with no object.
+inline constexpr std::uint64_t no_object_size = ~std::uint64_t{0};
+
+// ---- request bodies, one per op, in Op order -----------------------------
+
+struct GetConfigRequest {
+    friend bool operator==(const GetConfigRequest &, const GetConfigRequest &) = default;
+};
+struct StatusRequest {
+    friend bool operator==(const StatusRequest &, const StatusRequest &) = default;
+};
+struct LookupRequest {
+    Handle parent = no_handle;
+    std::string name;
+    friend bool operator==(const LookupRequest &, const LookupRequest &) = default;
+};
+struct GetattrRequest {
+    Handle handle = no_handle;
+    friend bool operator==(const GetattrRequest &, const GetattrRequest &) = default;
+};
+struct SetattrRequest {
+    Handle handle = no_handle;
+    std::uint32_t mask = 0; // set_* bits
+    std::uint32_t mode = 0;
+    std::uint32_t uid = 0;
+    std::uint32_t gid = 0;
+    Timespec atime;
+    Timespec mtime;
+    friend bool operator==(const SetattrRequest &, const SetattrRequest &) = default;
+};
+struct CreateRequest {
+    Handle parent = no_handle;
+    std::string name;
+    std::uint32_t mode = 0;
+    bool exclusive = false;
+    Layout layout; // stripe_count 0: inherit from the parent
+    friend bool operator==(const CreateRequest &, const CreateRequest &) = default;
+};
+struct MkdirRequest {
+    Handle parent = no_handle;
+    std::string name;
+    std::uint32_t mode = 0;
+    friend bool operator==(const MkdirRequest &, const MkdirRequest &) = default;
+};
+struct MknodRequest {
+    Handle parent = no_handle;
+    std::string name;
+    ObjectType type = ObjectType::fifo; // fifo, socket, char_device or block_device
+    std::uint32_t mode = 0;
+    std::uint64_t rdev = 0;
+    friend bool operator==(const MknodRequest &, const MknodRequest &) = default;
+};
+struct SymlinkRequest {
+    Handle parent = no_handle;
+    std::string name;
+    std::string target;
+    friend bool operator==(const SymlinkRequest &, const SymlinkRequest &) = default;
+};
+struct LinkRequest {
+    Handle handle = no_handle;
+    Handle new_parent = no_handle;
+    std::string new_name;
+    friend bool operator==(const LinkRequest &, const LinkRequest &) = default;
+};
+struct ReadlinkRequest {
+    Handle handle = no_handle;
+    friend bool operator==(const ReadlinkRequest &, const ReadlinkRequest &) = default;
+};
+struct RemoveRequest {
+    Handle parent = no_handle;
+    std::string name;
+    friend bool operator==(const RemoveRequest &, const RemoveRequest &) = default;
+};
+struct RmdirRequest {
+    Handle parent = no_handle;
+    std::string name;
+    friend bool operator==(const RmdirRequest &, const RmdirRequest &) = default;
+};
+struct RenameRequest {
+    Handle old_parent = no_handle;
+    std::string old_name;
+    Handle new_parent = no_handle;
+    std::string new_name;
+    std::uint32_t flags = 0; // rename_noreplace, rename_exchange
+    friend bool operator==(const RenameRequest &, const RenameRequest &) = default;
+};
+struct ReaddirRequest {
+    Handle handle = no_handle;
+    std::uint64_t cookie = 0; // 0: from the start
+    std::uint32_t max_entries = 0;
+    friend bool operator==(const ReaddirRequest &, const ReaddirRequest &) = default;
+};
+struct StatfsRequest {
+    friend bool operator==(const StatfsRequest &, const StatfsRequest &) = default;
+};
+// The data moves as separate BMI messages on the request's tag (the server
+// pushes read chunks of chunk_size bytes); see docs/protocol.md.
+struct ReadRequest {
+    Handle handle = no_handle;
+    std::vector<Region> regions; // at most max_io_regions
+    std::uint32_t chunk_size = 0;
+    std::uint32_t flags = 0; // carried for the data server, not interpreted here
+    friend bool operator==(const ReadRequest &, const ReadRequest &) = default;
+};
+struct WriteRequest {
+    Handle handle = no_handle;
+    std::vector<Region> regions; // at most max_io_regions
+    std::uint32_t chunk_size = 0;
+    std::uint32_t flags = 0;
+    Bytes inline_data; // the whole payload when small (<= max_inline_data), else empty
+    friend bool operator==(const WriteRequest &, const WriteRequest &) = default;
+};
+struct FsyncRequest {
+    Handle handle = no_handle;
+    friend bool operator==(const FsyncRequest &, const FsyncRequest &) = default;
+};
+struct ObjectSizesRequest {
+    std::vector<Handle> handles; // at most max_object_sizes
+    friend bool operator==(const ObjectSizesRequest &, const ObjectSizesRequest &) = default;
+};
+struct TruncateObjectRequest {
+    Handle handle = no_handle;
+    std::uint64_t size = 0;
+    friend bool operator==(const TruncateObjectRequest &, const TruncateObjectRequest &) = default;
+};
+struct RemoveObjectRequest {
+    Handle handle = no_handle;
+    friend bool operator==(const RemoveObjectRequest &, const RemoveObjectRequest &) = default;
+};
+struct ListObjectsRequest {
+    std::uint64_t cookie = 0;
+    std::uint32_t max = 0;
+    friend bool operator==(const ListObjectsRequest &, const ListObjectsRequest &) = default;
+};
+struct XattrGetRequest {
+    Handle handle = no_handle;
+    std::string name;
+    friend bool operator==(const XattrGetRequest &, const XattrGetRequest &) = default;
+};
+struct XattrSetRequest {
+    Handle handle = no_handle;
+    std::string name;
+    Bytes value;
+    std::uint32_t flags = 0; // xattr_create, xattr_replace
+    friend bool operator==(const XattrSetRequest &, const XattrSetRequest &) = default;
+};
+struct XattrListRequest {
+    Handle handle = no_handle;
+    friend bool operator==(const XattrListRequest &, const XattrListRequest &) = default;
+};
+struct XattrRemoveRequest {
+    Handle handle = no_handle;
+    std::string name;
+    friend bool operator==(const XattrRemoveRequest &, const XattrRemoveRequest &) = default;
+};
+struct LayoutGetRequest {
+    Handle handle = no_handle;
+    friend bool operator==(const LayoutGetRequest &, const LayoutGetRequest &) = default;
+};
+struct LayoutSetRequest {
+    Handle handle = no_handle;
+    Layout layout;
+    friend bool operator==(const LayoutSetRequest &, const LayoutSetRequest &) = default;
+};
+struct ListHandlesRequest {
+    std::uint64_t cookie = 0;
+    std::uint32_t max = 0;
+    friend bool operator==(const ListHandlesRequest &, const ListHandlesRequest &) = default;
+};
+
+// ---- response bodies, one per op, in Op order ----------------------------
+
+struct GetConfigResponse {
+    std::string config_text; // TOML, at most max_config_text
+    std::uint32_t server_index = 0;
+    friend bool operator==(const GetConfigResponse &, const GetConfigResponse &) = default;
+};
+struct StatusResponse {
+    std::string server_name;
+    std::string version;
+    std::array<std::byte, 32> config_hash{};
+    std::uint32_t roles = 0; // role_metadata | role_data
+    std::uint64_t uptime_ns = 0;
+    friend bool operator==(const StatusResponse &, const StatusResponse &) = default;
+};
+struct LookupResponse {
+    Attr attr;
+    friend bool operator==(const LookupResponse &, const LookupResponse &) = default;
+};
+struct GetattrResponse {
+    Attr attr;
+    friend bool operator==(const GetattrResponse &, const GetattrResponse &) = default;
+};
+struct SetattrResponse {
+    Attr attr;
+    friend bool operator==(const SetattrResponse &, const SetattrResponse &) = default;
+};
+struct CreateResponse {
+    Attr attr;
+    bool created = false; // false: it existed (and the request was not exclusive)
+    friend bool operator==(const CreateResponse &, const CreateResponse &) = default;
+};
+struct MkdirResponse {
+    Attr attr;
+    friend bool operator==(const MkdirResponse &, const MkdirResponse &) = default;
+};
+struct MknodResponse {
+    Attr attr;
+    friend bool operator==(const MknodResponse &, const MknodResponse &) = default;
+};
+struct SymlinkResponse {
+    Attr attr;
+    friend bool operator==(const SymlinkResponse &, const SymlinkResponse &) = default;
+};
+struct LinkResponse {
+    Attr attr;
+    friend bool operator==(const LinkResponse &, const LinkResponse &) = default;
+};
+struct ReadlinkResponse {
+    std::string target;
+    friend bool operator==(const ReadlinkResponse &, const ReadlinkResponse &) = default;
+};
+// The client removes the data objects when nlink_after == 0 and type is
+// regular.
+struct RemoveResponse {
+    Handle handle = no_handle;
+    ObjectType type = ObjectType::regular;
+    std::uint32_t nlink_after = 0;
+    Layout layout;
+    friend bool operator==(const RemoveResponse &, const RemoveResponse &) = default;
+};
+struct RmdirResponse {
+    friend bool operator==(const RmdirResponse &, const RmdirResponse &) = default;
+};
+struct RenameResponse {
+    Handle replaced = no_handle; // no_handle: nothing was replaced
+    ObjectType replaced_type = ObjectType::regular;
+    std::uint32_t replaced_nlink_after = 0;
+    Layout layout;
+    friend bool operator==(const RenameResponse &, const RenameResponse &) = default;
+};
+struct ReaddirResponse {
+    std::vector<DirEntry> entries; // at most max_readdir_entries
+    bool eof = false;
+    friend bool operator==(const ReaddirResponse &, const ReaddirResponse &) = default;
+};
+struct StatfsResponse {
+    std::uint64_t total_bytes = 0;
+    std::uint64_t free_bytes = 0;
+    std::uint64_t avail_bytes = 0;
+    std::uint64_t total_objects = 0;
+    std::uint64_t free_objects = 0;
+    friend bool operator==(const StatfsResponse &, const StatfsResponse &) = default;
+};
+struct ReadResponse {
+    std::uint64_t bytes = 0;
+    std::uint64_t object_size = 0;
+    friend bool operator==(const ReadResponse &, const ReadResponse &) = default;
+};
+struct WriteResponse {
+    std::uint64_t bytes = 0;
+    std::uint64_t object_size = 0;
+    friend bool operator==(const WriteResponse &, const WriteResponse &) = default;
+};
+struct FsyncResponse {
+    friend bool operator==(const FsyncResponse &, const FsyncResponse &) = default;
+};
+struct ObjectSizesResponse {
+    std::vector<std::uint64_t> sizes; // as the request's handles; no_object_size if absent
+    friend bool operator==(const ObjectSizesResponse &, const ObjectSizesResponse &) = default;
+};
+struct TruncateObjectResponse {
+    friend bool operator==(const TruncateObjectResponse &,
+                           const TruncateObjectResponse &) = default;
+};
+struct RemoveObjectResponse {
+    friend bool operator==(const RemoveObjectResponse &, const RemoveObjectResponse &) = default;
+};
+struct ListObjectsResponse {
+    std::vector<Handle> handles; // at most max_list_handles
+    std::uint64_t next_cookie = 0;
+    bool eof = false;
+    friend bool operator==(const ListObjectsResponse &, const ListObjectsResponse &) = default;
+};
+struct XattrGetResponse {
+    Bytes value;
+    friend bool operator==(const XattrGetResponse &, const XattrGetResponse &) = default;
+};
+struct XattrSetResponse {
+    friend bool operator==(const XattrSetResponse &, const XattrSetResponse &) = default;
+};
+struct XattrListResponse {
+    std::vector<std::string> names; // at most max_xattr_names
+    friend bool operator==(const XattrListResponse &, const XattrListResponse &) = default;
+};
+struct XattrRemoveResponse {
+    friend bool operator==(const XattrRemoveResponse &, const XattrRemoveResponse &) = default;
+};
+struct LayoutGetResponse {
+    Layout layout;
+    friend bool operator==(const LayoutGetResponse &, const LayoutGetResponse &) = default;
+};
+struct LayoutSetResponse {
+    friend bool operator==(const LayoutSetResponse &, const LayoutSetResponse &) = default;
+};
+struct ListHandlesResponse {
+    std::vector<Handle> handles; // at most max_list_handles
+    std::uint64_t next_cookie = 0;
+    bool eof = false;
+    friend bool operator==(const ListHandlesResponse &, const ListHandlesResponse &) = default;
+};
+
+// Alternative i is the body of Op i + 1: the variant's index is the op.
+using RequestBody =
+    std::variant<GetConfigRequest, StatusRequest, LookupRequest, GetattrRequest, SetattrRequest,
+                 CreateRequest, MkdirRequest, MknodRequest, SymlinkRequest, LinkRequest,
+                 ReadlinkRequest, RemoveRequest, RmdirRequest, RenameRequest, ReaddirRequest,
+                 StatfsRequest, ReadRequest, WriteRequest, FsyncRequest, ObjectSizesRequest,
+                 TruncateObjectRequest, RemoveObjectRequest, ListObjectsRequest, XattrGetRequest,
+                 XattrSetRequest, XattrListRequest, XattrRemoveRequest, LayoutGetRequest,
+                 LayoutSetRequest, ListHandlesRequest>;
+using ResponseBody =
+    std::variant<GetConfigResponse, StatusResponse, LookupResponse, GetattrResponse,
+                 SetattrResponse, CreateResponse, MkdirResponse, MknodResponse, SymlinkResponse,
+                 LinkResponse, ReadlinkResponse, RemoveResponse, RmdirResponse, RenameResponse,
+                 ReaddirResponse, StatfsResponse, ReadResponse, WriteResponse, FsyncResponse,
+                 ObjectSizesResponse, TruncateObjectResponse, RemoveObjectResponse,
+                 ListObjectsResponse, XattrGetResponse, XattrSetResponse, XattrListResponse,
+                 XattrRemoveResponse, LayoutGetResponse, LayoutSetResponse, ListHandlesResponse>;
+static_assert(std::variant_size_v<RequestBody> == op_count);
+static_assert(std::variant_size_v<ResponseBody> == op_count);
+
+struct Request {
+    std::uint64_t request_id = 0; // the client's, echoed in the response
+    std::uint64_t session = 0;    // random per client instance
+    std::uint64_t seq = 0;        // strictly increasing within a session
+    std::int64_t time_ns = 0;     // the client's CLOCK_REALTIME when sent
+    Credentials cred;
+    RequestBody body; // its alternative is the op
+    [[nodiscard]] Op op() const noexcept { return static_cast<Op>(body.index() + 1); }
+    friend bool operator==(const Request &, const Request &) = default;
+};
+
+struct Response {
+    std::int32_t status = 0; // 0 or a positive errno; the body is sent only when 0
+    std::uint64_t request_id = 0;
+    std::uint64_t session = 0;
+    std::uint64_t seq = 0; // the request's: binds the response to it
+    ResponseBody body;     // its alternative is the op, even when status != 0
+    [[nodiscard]] Op op() const noexcept { return static_cast<Op>(body.index() + 1); }
+    friend bool operator==(const Response &, const Response &) = default;
+};
+
+// The empty response to `req` (same op, ids echoed), to fill in.
+[[nodiscard]] Response response_to(const Request &req, std::int32_t status = 0);
+// Whether `resp` answers `req`: same op, request_id, session and seq.  A
+// client needs nothing more against replayed responses.
+[[nodiscard]] bool answers(const Response &resp, const Request &req) noexcept;
+
+// ---- the cluster key -----------------------------------------------------
+
+// The 32-byte cluster key.  Wiped when destroyed (and when moved from).
+class Key {
+public:
+    // Reads a key file: 64 hex digits, optionally followed by one newline
+    // (as pvfs::config::generate_key_file writes it).  On failure returns
+    // nullopt and sets `error` to a message naming the file.
+    [[nodiscard]] static std::optional<Key> load(const std::string &path, std::string &error);
+    // 64 hex digits exactly; nullopt otherwise.
+    [[nodiscard]] static std::optional<Key> from_hex(std::string_view hex);
+    [[nodiscard]] static Key from_bytes(std::span<const std::byte, key_size> bytes);
+
+    Key(const Key &) = delete;
+    Key &operator=(const Key &) = delete;
+    Key(Key &&other) noexcept;
+    Key &operator=(Key &&other) noexcept;
+    ~Key();
+
+    // HMAC-SHA-256 of `message` into `tag`.
+    void sign(std::span<const std::byte> message,
+              std::span<std::byte, mac_size> tag) const noexcept;
+    // Constant-time check of `tag` against `message`.
+    [[nodiscard]] bool verify(std::span<const std::byte> message,
+                              std::span<const std::byte, mac_size> tag) const noexcept;
+
+private:
+    Key() noexcept;
+    std::array<unsigned char, key_size> bytes_{};
+};
+
+// ---- encoding and decoding -----------------------------------------------
+
+// Appends to nothing: `out` is cleared, then holds exactly the message (its
+// capacity is reused, so a warm buffer means no allocation).  Returns the
+// message size.
+std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &out);
+std::size_t encode(const Response &resp, const Key &key, std::vector<std::byte> &out);
+
+enum class DecodeError : std::uint8_t {
+    ok = 0,
+    truncated,      // a field or length runs past the end of the message
+    bad_magic,      // not a request (or not a response)
+    bad_version,    // a protocol version this build does not speak
+    bad_op,         // an op number this build does not know
+    bad_flags,      // envelope flags not 0
+    bad_mac,        // forged, corrupted or signed with another key: drop it
+    too_long,       // a length or count above the field's protocol limit
+    bad_value,      // a value outside its field's domain (name, enum, bool, ...)
+    trailing_bytes, // bytes after the body or the MAC
+};
+
+struct DecodeResult {
+    DecodeError error = DecodeError::ok;
+    const char *what = "ok"; // static: which field and what is wrong with it
+    std::uint64_t value = 0; // the offending number, for bad_version and bad_op
+    [[nodiscard]] explicit operator bool() const noexcept { return error == DecodeError::ok; }
+    // `what`, with the number where one helps, e.g. "unsupported protocol
+    // version 7 (this build speaks 1)".
+    [[nodiscard]] std::string message() const;
+};
+
+// Checks the envelope, verifies the MAC (before looking at the body), then
+// parses the body.  On failure `out` holds unspecified (valid) values.
+[[nodiscard]] DecodeResult decode(std::span<const std::byte> message, const Key &key, Request &out);
+[[nodiscard]] DecodeResult decode(std::span<const std::byte> message, const Key &key,
+                                  Response &out);
+
+// ---- replay guard (servers) ----------------------------------------------
+
+enum class ReplayVerdict : std::uint8_t {
+    accepted,
+    too_old,           // time_ns more than the window before now
+    in_future,         // time_ns more than the window after now
+    replayed,          // seen before, or below the session's sliding window
+    too_many_sessions, // the session table is full: a new session is refused
+};
+[[nodiscard]] const char *verdict_text(ReplayVerdict verdict) noexcept;
+
+// Accepts each (session, seq) at most once, and only within `window` of the
+// server's clock.  Per session it keeps the highest seq seen and which of
+// the replay_window_bits seqs below it were seen; older seqs are refused.
+// A session idle for more than 2 * window is forgotten: any message it
+// sent earlier is by then outside the time window, so forgetting its seqs
+// cannot let a replay through (docs/protocol.md).  Thread-safe.
+class ReplayGuard {
+public:
+    static constexpr std::size_t replay_window_bits = 1024;
+    static constexpr std::int64_t default_window_ns = 120'000'000'000;
+    static constexpr std::size_t default_max_sessions = 65536;
+
+    explicit ReplayGuard(std::int64_t window_ns = default_window_ns,
+                         std::size_t max_sessions = default_max_sessions);
+
+    [[nodiscard]] ReplayVerdict accept(std::uint64_t session, std::uint64_t seq,
+                                       std::int64_t time_ns, std::int64_t now_ns);
+    void set_window(std::int64_t window_ns);
+    [[nodiscard]] std::int64_t window() const;
+    [[nodiscard]] std::size_t sessions() const; // currently remembered
+
+private:
+    struct Session {
+        std::uint64_t highest = 0;
+        std::bitset<replay_window_bits> seen; // bit i: seq highest - i was accepted
+        std::int64_t last_used_ns = 0;
+    };
+    void forget_idle(std::int64_t now_ns);
+
+    mutable std::mutex mutex_;
+    std::int64_t window_ns_;
+    std::size_t max_sessions_;
+    std::int64_t last_sweep_ns_ = 0;
+    std::unordered_map<std::uint64_t, Session> sessions_;
+};
+
+} // namespace pvfs::proto
+
+#endif // PVFS_PROTO_HPP

@@ -1,0 +1,337 @@
+// One field list per wire struct, shared by the Encoder (B is const) and the
+// Decoder (B is mutable): the order of the calls is the order on the wire.
+#ifndef PVFS_LIB_PROTO_BODIES_HPP
+#define PVFS_LIB_PROTO_BODIES_HPP
+
+#include <concepts>
+#include <type_traits>
+
+#include "codec.hpp"
+#include "pvfs/proto.hpp"
+#include "pvfs/types.hpp"
+
+namespace pvfs::proto::detail {
+
+template <class B, class T>
+concept Is = std::same_as<std::remove_const_t<B>, T>;
+
+// Bodies without fields (statfs, rmdir's reply, ...): nothing on the wire.
+template <class Io, class B>
+requires std::is_empty_v<B>
+void fields(Io & /*io*/, B & /*body*/) {}
+
+// ---- shared pieces ---------------------------------------------------
+
+template <class Io, Is<Layout> B> void fields(Io &io, B &l)
+{
+    io.num(l.stripe_size);
+    io.num(l.stripe_count);
+    io.num(l.first_server);
+}
+
+template <class Io, Is<Attr> B> void fields(Io &io, B &a)
+{
+    io.num(a.handle);
+    io.type(a.type);
+    io.mode(a.mode);
+    io.num(a.uid);
+    io.num(a.gid);
+    io.num(a.nlink);
+    io.num(a.size);
+    io.num(a.rdev);
+    io.timespec(a.atime);
+    io.timespec(a.mtime);
+    io.timespec(a.ctime);
+    fields(io, a.layout);
+}
+
+template <class Io, Is<Region> B> void fields(Io &io, B &r)
+{
+    io.num(r.offset);
+    io.num(r.length);
+}
+
+template <class Io, Is<DirEntry> B> void fields(Io &io, B &e)
+{
+    io.name(e.name);
+    io.num(e.handle);
+    io.type(e.type);
+    io.num(e.cookie);
+}
+
+// Smallest encodings, so a count is checked against the bytes left.
+inline constexpr std::size_t min_region = 16;
+inline constexpr std::size_t min_dir_entry = 4 + 1 + 8 + 1 + 8;
+inline constexpr std::size_t min_string = 4;
+
+template <class Io, class V> void regions(Io &io, V &v)
+{
+    io.list(v, max_io_regions, min_region, "more than 1024 I/O regions",
+            [&io](auto &r) { fields(io, r); });
+}
+
+template <class Io, class V> void handles(Io &io, V &v, std::size_t limit, const char *too_long)
+{
+    io.list(v, limit, sizeof(Handle), too_long, [&io](auto &h) { io.num(h); });
+}
+
+// ---- requests --------------------------------------------------------
+
+template <class Io, class B>
+requires(Is<B, LookupRequest> || Is<B, RemoveRequest> || Is<B, RmdirRequest>) void fields(Io &io,
+                                                                                          B &b)
+{
+    io.num(b.parent);
+    io.name(b.name);
+}
+
+template <class Io, class B>
+requires(Is<B, GetattrRequest> || Is<B, ReadlinkRequest> || Is<B, FsyncRequest> ||
+         Is<B, RemoveObjectRequest> || Is<B, XattrListRequest> ||
+         Is<B, LayoutGetRequest>) void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+}
+
+template <class Io, Is<SetattrRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.num(b.mask);
+    if ((b.mask & ~set_all) != 0) {
+        io.fail_if_decoding(DecodeError::bad_value, "setattr mask has unknown bits");
+    }
+    io.mode(b.mode);
+    io.num(b.uid);
+    io.num(b.gid);
+    io.timespec(b.atime);
+    io.timespec(b.mtime);
+}
+
+template <class Io, Is<CreateRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.parent);
+    io.name(b.name);
+    io.mode(b.mode);
+    io.flag(b.exclusive);
+    fields(io, b.layout);
+}
+
+template <class Io, Is<MkdirRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.parent);
+    io.name(b.name);
+    io.mode(b.mode);
+}
+
+template <class Io, Is<MknodRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.parent);
+    io.name(b.name);
+    io.type(b.type);
+    if (b.type == ObjectType::regular || b.type == ObjectType::directory ||
+        b.type == ObjectType::symlink) {
+        io.fail_if_decoding(DecodeError::bad_value, "mknod type not fifo, socket or device");
+    }
+    io.mode(b.mode);
+    io.num(b.rdev);
+}
+
+template <class Io, Is<SymlinkRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.parent);
+    io.name(b.name);
+    io.path(b.target);
+}
+
+template <class Io, Is<LinkRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.num(b.new_parent);
+    io.name(b.new_name);
+}
+
+template <class Io, Is<RenameRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.old_parent);
+    io.name(b.old_name);
+    io.num(b.new_parent);
+    io.name(b.new_name);
+    io.num(b.flags);
+    if ((b.flags & ~(rename_noreplace | rename_exchange)) != 0) {
+        io.fail_if_decoding(DecodeError::bad_value, "rename flags have unknown bits");
+    }
+}
+
+template <class Io, Is<ReaddirRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.num(b.cookie);
+    io.num(b.max_entries);
+}
+
+template <class Io, Is<ReadRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    regions(io, b.regions);
+    io.num(b.chunk_size);
+    io.num(b.flags);
+}
+
+template <class Io, Is<WriteRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    regions(io, b.regions);
+    io.num(b.chunk_size);
+    io.num(b.flags);
+    io.blob(b.inline_data, max_inline_data, "inline write data longer than 64 KiB");
+}
+
+template <class Io, Is<ObjectSizesRequest> B> void fields(Io &io, B &b)
+{
+    handles(io, b.handles, max_object_sizes, "more than 1024 handles in object_sizes");
+}
+
+template <class Io, Is<TruncateObjectRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.num(b.size);
+}
+
+template <class Io, class B>
+requires(Is<B, ListObjectsRequest> || Is<B, ListHandlesRequest>) void fields(Io &io, B &b)
+{
+    io.num(b.cookie);
+    io.num(b.max);
+}
+
+template <class Io, class B>
+requires(Is<B, XattrGetRequest> || Is<B, XattrRemoveRequest>) void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.xattr_name(b.name);
+}
+
+template <class Io, Is<XattrSetRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.xattr_name(b.name);
+    io.blob(b.value, max_xattr_value, "xattr value longer than 65536 bytes");
+    io.num(b.flags);
+    if ((b.flags & ~(xattr_create | xattr_replace)) != 0) {
+        io.fail_if_decoding(DecodeError::bad_value, "xattr_set flags have unknown bits");
+    }
+}
+
+template <class Io, Is<LayoutSetRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    fields(io, b.layout);
+}
+
+// ---- responses -------------------------------------------------------
+
+template <class Io, Is<GetConfigResponse> B> void fields(Io &io, B &b)
+{
+    io.text(b.config_text, max_config_text, "config text longer than 1 MiB");
+    io.num(b.server_index);
+}
+
+template <class Io, Is<StatusResponse> B> void fields(Io &io, B &b)
+{
+    io.text(b.server_name, max_server_text, "server name longer than 255 bytes");
+    io.text(b.version, max_server_text, "version string longer than 255 bytes");
+    io.hash(b.config_hash);
+    io.num(b.roles);
+    io.num(b.uptime_ns);
+}
+
+template <class Io, class B>
+requires(Is<B, LookupResponse> || Is<B, GetattrResponse> || Is<B, SetattrResponse> ||
+         Is<B, MkdirResponse> || Is<B, MknodResponse> || Is<B, SymlinkResponse> ||
+         Is<B, LinkResponse>) void fields(Io &io, B &b)
+{
+    fields(io, b.attr);
+}
+
+template <class Io, Is<CreateResponse> B> void fields(Io &io, B &b)
+{
+    fields(io, b.attr);
+    io.flag(b.created);
+}
+
+template <class Io, Is<ReadlinkResponse> B> void fields(Io &io, B &b)
+{
+    io.path(b.target);
+}
+
+template <class Io, Is<RemoveResponse> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.type(b.type);
+    io.num(b.nlink_after);
+    fields(io, b.layout);
+}
+
+template <class Io, Is<RenameResponse> B> void fields(Io &io, B &b)
+{
+    io.num(b.replaced);
+    io.type(b.replaced_type);
+    io.num(b.replaced_nlink_after);
+    fields(io, b.layout);
+}
+
+template <class Io, Is<ReaddirResponse> B> void fields(Io &io, B &b)
+{
+    io.list(b.entries, max_readdir_entries, min_dir_entry, "more than 4096 directory entries",
+            [&io](auto &e) { fields(io, e); });
+    io.flag(b.eof);
+}
+
+template <class Io, Is<StatfsResponse> B> void fields(Io &io, B &b)
+{
+    io.num(b.total_bytes);
+    io.num(b.free_bytes);
+    io.num(b.avail_bytes);
+    io.num(b.total_objects);
+    io.num(b.free_objects);
+}
+
+template <class Io, class B>
+requires(Is<B, ReadResponse> || Is<B, WriteResponse>) void fields(Io &io, B &b)
+{
+    io.num(b.bytes);
+    io.num(b.object_size);
+}
+
+template <class Io, Is<ObjectSizesResponse> B> void fields(Io &io, B &b)
+{
+    handles(io, b.sizes, max_object_sizes, "more than 1024 sizes in object_sizes");
+}
+
+template <class Io, class B>
+requires(Is<B, ListObjectsResponse> || Is<B, ListHandlesResponse>) void fields(Io &io, B &b)
+{
+    handles(io, b.handles, max_list_handles, "more than 16384 handles in a listing");
+    io.num(b.next_cookie);
+    io.flag(b.eof);
+}
+
+template <class Io, Is<XattrGetResponse> B> void fields(Io &io, B &b)
+{
+    io.blob(b.value, max_xattr_value, "xattr value longer than 65536 bytes");
+}
+
+template <class Io, Is<XattrListResponse> B> void fields(Io &io, B &b)
+{
+    io.list(b.names, max_xattr_names, min_string, "more than 4096 xattr names",
+            [&io](auto &n) { io.xattr_name(n); });
+}
+
+template <class Io, Is<LayoutGetResponse> B> void fields(Io &io, B &b)
+{
+    fields(io, b.layout);
+}
+
+} // namespace pvfs::proto::detail
+
+#endif // PVFS_LIB_PROTO_BODIES_HPP

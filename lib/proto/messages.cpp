@@ -1,0 +1,325 @@
+// The request and response envelopes around the bodies of bodies.hpp, the
+// MAC, and the op table.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bodies.hpp"
+#include "codec.hpp"
+#include "pvfs/proto.hpp"
+
+namespace pvfs::proto {
+
+namespace {
+
+using detail::Decoder;
+using detail::Encoder;
+
+// The variant index of each op's body is op - 1: checked for every op, so
+// reordering the variants (which would renumber the wire) cannot compile.
+template <Op op, class Variant, class Body>
+constexpr bool body_for =
+    std::is_same_v<std::variant_alternative_t<static_cast<std::size_t>(op) - 1, Variant>, Body>;
+static_assert(body_for<Op::get_config, RequestBody, GetConfigRequest>);
+static_assert(body_for<Op::get_config, ResponseBody, GetConfigResponse>);
+static_assert(body_for<Op::status, RequestBody, StatusRequest>);
+static_assert(body_for<Op::status, ResponseBody, StatusResponse>);
+static_assert(body_for<Op::lookup, RequestBody, LookupRequest>);
+static_assert(body_for<Op::lookup, ResponseBody, LookupResponse>);
+static_assert(body_for<Op::getattr, RequestBody, GetattrRequest>);
+static_assert(body_for<Op::getattr, ResponseBody, GetattrResponse>);
+static_assert(body_for<Op::setattr, RequestBody, SetattrRequest>);
+static_assert(body_for<Op::setattr, ResponseBody, SetattrResponse>);
+static_assert(body_for<Op::create, RequestBody, CreateRequest>);
+static_assert(body_for<Op::create, ResponseBody, CreateResponse>);
+static_assert(body_for<Op::mkdir, RequestBody, MkdirRequest>);
+static_assert(body_for<Op::mkdir, ResponseBody, MkdirResponse>);
+static_assert(body_for<Op::mknod, RequestBody, MknodRequest>);
+static_assert(body_for<Op::mknod, ResponseBody, MknodResponse>);
+static_assert(body_for<Op::symlink, RequestBody, SymlinkRequest>);
+static_assert(body_for<Op::symlink, ResponseBody, SymlinkResponse>);
+static_assert(body_for<Op::link, RequestBody, LinkRequest>);
+static_assert(body_for<Op::link, ResponseBody, LinkResponse>);
+static_assert(body_for<Op::readlink, RequestBody, ReadlinkRequest>);
+static_assert(body_for<Op::readlink, ResponseBody, ReadlinkResponse>);
+static_assert(body_for<Op::remove, RequestBody, RemoveRequest>);
+static_assert(body_for<Op::remove, ResponseBody, RemoveResponse>);
+static_assert(body_for<Op::rmdir, RequestBody, RmdirRequest>);
+static_assert(body_for<Op::rmdir, ResponseBody, RmdirResponse>);
+static_assert(body_for<Op::rename, RequestBody, RenameRequest>);
+static_assert(body_for<Op::rename, ResponseBody, RenameResponse>);
+static_assert(body_for<Op::readdir, RequestBody, ReaddirRequest>);
+static_assert(body_for<Op::readdir, ResponseBody, ReaddirResponse>);
+static_assert(body_for<Op::statfs, RequestBody, StatfsRequest>);
+static_assert(body_for<Op::statfs, ResponseBody, StatfsResponse>);
+static_assert(body_for<Op::read, RequestBody, ReadRequest>);
+static_assert(body_for<Op::read, ResponseBody, ReadResponse>);
+static_assert(body_for<Op::write, RequestBody, WriteRequest>);
+static_assert(body_for<Op::write, ResponseBody, WriteResponse>);
+static_assert(body_for<Op::fsync, RequestBody, FsyncRequest>);
+static_assert(body_for<Op::fsync, ResponseBody, FsyncResponse>);
+static_assert(body_for<Op::object_sizes, RequestBody, ObjectSizesRequest>);
+static_assert(body_for<Op::object_sizes, ResponseBody, ObjectSizesResponse>);
+static_assert(body_for<Op::truncate_object, RequestBody, TruncateObjectRequest>);
+static_assert(body_for<Op::truncate_object, ResponseBody, TruncateObjectResponse>);
+static_assert(body_for<Op::remove_object, RequestBody, RemoveObjectRequest>);
+static_assert(body_for<Op::remove_object, ResponseBody, RemoveObjectResponse>);
+static_assert(body_for<Op::list_objects, RequestBody, ListObjectsRequest>);
+static_assert(body_for<Op::list_objects, ResponseBody, ListObjectsResponse>);
+static_assert(body_for<Op::xattr_get, RequestBody, XattrGetRequest>);
+static_assert(body_for<Op::xattr_get, ResponseBody, XattrGetResponse>);
+static_assert(body_for<Op::xattr_set, RequestBody, XattrSetRequest>);
+static_assert(body_for<Op::xattr_set, ResponseBody, XattrSetResponse>);
+static_assert(body_for<Op::xattr_list, RequestBody, XattrListRequest>);
+static_assert(body_for<Op::xattr_list, ResponseBody, XattrListResponse>);
+static_assert(body_for<Op::xattr_remove, RequestBody, XattrRemoveRequest>);
+static_assert(body_for<Op::xattr_remove, ResponseBody, XattrRemoveResponse>);
+static_assert(body_for<Op::layout_get, RequestBody, LayoutGetRequest>);
+static_assert(body_for<Op::layout_get, ResponseBody, LayoutGetResponse>);
+static_assert(body_for<Op::layout_set, RequestBody, LayoutSetRequest>);
+static_assert(body_for<Op::layout_set, ResponseBody, LayoutSetResponse>);
+static_assert(body_for<Op::list_handles, RequestBody, ListHandlesRequest>);
+static_assert(body_for<Op::list_handles, ResponseBody, ListHandlesResponse>);
+
+constexpr std::array<const char *, op_count> op_names = {
+    "get_config",      "status",        "lookup",       "getattr",    "setattr",
+    "create",          "mkdir",         "mknod",        "symlink",    "link",
+    "readlink",        "remove",        "rmdir",        "rename",     "readdir",
+    "statfs",          "read",          "write",        "fsync",      "object_sizes",
+    "truncate_object", "remove_object", "list_objects", "xattr_get",  "xattr_set",
+    "xattr_list",      "xattr_remove",  "layout_get",   "layout_set", "list_handles"};
+
+// Parsers indexed by op - 1: each emplaces its body alternative and reads
+// its fields.
+template <class Variant, std::size_t... I>
+constexpr auto make_parsers(std::index_sequence<I...> /*indices*/)
+{
+    using Parser = void (*)(Decoder &, Variant &);
+    return std::array<Parser, sizeof...(I)>{
+        +[](Decoder &d, Variant &v) { detail::fields(d, v.template emplace<I>()); }...};
+}
+constexpr auto request_parsers = make_parsers<RequestBody>(std::make_index_sequence<op_count>{});
+constexpr auto response_parsers = make_parsers<ResponseBody>(std::make_index_sequence<op_count>{});
+
+// Responses of failed operations carry no body; the default one stands in.
+template <class Variant, std::size_t... I>
+constexpr auto make_defaults(std::index_sequence<I...> /*indices*/)
+{
+    using Maker = void (*)(Variant &);
+    return std::array<Maker, sizeof...(I)>{+[](Variant &v) { v.template emplace<I>(); }...};
+}
+constexpr auto response_defaults =
+    make_defaults<ResponseBody>(std::make_index_sequence<op_count>{});
+
+// Closes the body opened at `length_at` and appends the MAC over
+// everything before it.
+std::size_t finish(Encoder &e, std::size_t length_at, const Key &key, std::vector<std::byte> &out)
+{
+    const std::size_t body_start = length_at + 4;
+    e.patch_u32(length_at, static_cast<std::uint32_t>(out.size() - body_start));
+    const std::size_t signed_size = out.size();
+    out.resize(signed_size + mac_size);
+    const std::span<std::byte> all(out);
+    key.sign(all.first(signed_size), all.subspan(signed_size).first<mac_size>());
+    return out.size();
+}
+
+// Reads magic, version and op; `magic` tells request from response.
+Op read_preamble(Decoder &d, std::uint32_t magic, const char *wrong_magic)
+{
+    std::uint32_t got_magic = 0;
+    d.num(got_magic);
+    if (d.ok() && got_magic != magic) {
+        d.fail(DecodeError::bad_magic, wrong_magic, got_magic);
+    }
+    std::uint16_t version = 0;
+    d.num(version);
+    if (d.ok() && version != protocol_version) {
+        d.fail(DecodeError::bad_version, "unsupported protocol version", version);
+    }
+    std::uint16_t op = 0;
+    d.num(op);
+    if (d.ok() && (op == 0 || op > op_count)) {
+        d.fail(DecodeError::bad_op, "unknown op", op);
+    }
+    return static_cast<Op>(op);
+}
+
+// Reads the body length, checks the sizes, verifies the MAC; returns the
+// body on success.
+std::span<const std::byte> verified_body(Decoder &d, std::span<const std::byte> message,
+                                         const Key &key)
+{
+    std::uint32_t body_length = 0;
+    d.num(body_length);
+    if (!d.ok()) {
+        return {};
+    }
+    if (std::size_t{body_length} + mac_size > d.left()) {
+        d.fail(DecodeError::truncated, "message shorter than its body length and MAC");
+        return {};
+    }
+    if (std::size_t{body_length} + mac_size < d.left()) {
+        d.fail(DecodeError::trailing_bytes, "bytes after the MAC");
+        return {};
+    }
+    const std::size_t signed_size = d.position() + body_length;
+    if (!key.verify(message.first(signed_size), message.subspan(signed_size).first<mac_size>())) {
+        d.fail(DecodeError::bad_mac, "bad MAC: forged, corrupted, or signed with another key");
+        return {};
+    }
+    return message.subspan(d.position(), body_length);
+}
+
+template <class Variant, class Parsers>
+DecodeResult parse_body(std::span<const std::byte> body, Op op, const Parsers &parsers,
+                        Variant &out)
+{
+    Decoder d(body);
+    parsers.at(static_cast<std::size_t>(op) - 1)(d, out);
+    if (d.ok() && d.left() != 0) {
+        d.fail(DecodeError::trailing_bytes, "bytes after the body");
+    }
+    return d.result();
+}
+
+} // namespace
+
+const char *op_name(Op op) noexcept
+{
+    const auto n = static_cast<std::size_t>(op);
+    return n >= 1 && n <= op_count ? op_names.at(n - 1) : "unknown";
+}
+
+Response response_to(const Request &req, std::int32_t status)
+{
+    Response resp;
+    resp.status = status;
+    resp.request_id = req.request_id;
+    resp.session = req.session;
+    resp.seq = req.seq;
+    response_defaults.at(req.body.index())(resp.body);
+    return resp;
+}
+
+bool answers(const Response &resp, const Request &req) noexcept
+{
+    return resp.op() == req.op() && resp.request_id == req.request_id &&
+           resp.session == req.session && resp.seq == req.seq;
+}
+
+std::string DecodeResult::message() const
+{
+    switch (error) {
+    case DecodeError::bad_version:
+        return fmt::format("unsupported protocol version {} (this build speaks {})", value,
+                           protocol_version);
+    case DecodeError::bad_op:
+        return fmt::format("unknown op {}", value);
+    case DecodeError::bad_magic:
+        return fmt::format("{} (magic {:#010x})", what, value);
+    case DecodeError::bad_flags:
+        return fmt::format("{} ({:#x})", what, value);
+    case DecodeError::too_long:
+        return fmt::format("{} (got {})", what, value);
+    default:
+        return what;
+    }
+}
+
+std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &out)
+{
+    out.clear();
+    Encoder e(out);
+    e.num(request_magic);
+    e.num(protocol_version);
+    e.num(static_cast<std::uint16_t>(req.op()));
+    e.num(std::uint32_t{0}); // flags
+    e.num(req.request_id);
+    e.num(req.session);
+    e.num(req.seq);
+    e.num(req.time_ns);
+    e.num(req.cred.uid);
+    e.num(req.cred.gid);
+    e.list(req.cred.groups, max_groups, 4, nullptr, [&e](std::uint32_t g) { e.num(g); });
+    const std::size_t length_at = e.placeholder_u32();
+    std::visit([&e](const auto &body) { detail::fields(e, body); }, req.body);
+    return finish(e, length_at, key, out);
+}
+
+std::size_t encode(const Response &resp, const Key &key, std::vector<std::byte> &out)
+{
+    out.clear();
+    Encoder e(out);
+    e.num(response_magic);
+    e.num(protocol_version);
+    e.num(static_cast<std::uint16_t>(resp.op()));
+    e.num(resp.status);
+    e.num(resp.request_id);
+    e.num(resp.session);
+    e.num(resp.seq);
+    const std::size_t length_at = e.placeholder_u32();
+    if (resp.status == 0) {
+        std::visit([&e](const auto &body) { detail::fields(e, body); }, resp.body);
+    }
+    return finish(e, length_at, key, out);
+}
+
+DecodeResult decode(std::span<const std::byte> message, const Key &key, Request &out)
+{
+    Decoder d(message);
+    const Op op = read_preamble(d, request_magic, "not a pvfs request");
+    std::uint32_t flags = 0;
+    d.num(flags);
+    if (d.ok() && flags != 0) {
+        d.fail(DecodeError::bad_flags, "request flags not 0", flags);
+    }
+    d.num(out.request_id);
+    d.num(out.session);
+    d.num(out.seq);
+    d.num(out.time_ns);
+    d.num(out.cred.uid);
+    d.num(out.cred.gid);
+    d.list(out.cred.groups, max_groups, 4, "more than 32 supplementary groups",
+           [&d](std::uint32_t &g) { d.num(g); });
+    const std::span<const std::byte> body = verified_body(d, message, key);
+    if (!d.ok()) {
+        return d.result();
+    }
+    return parse_body(body, op, request_parsers, out.body);
+}
+
+DecodeResult decode(std::span<const std::byte> message, const Key &key, Response &out)
+{
+    Decoder d(message);
+    const Op op = read_preamble(d, response_magic, "not a pvfs response");
+    d.num(out.status);
+    if (d.ok() && out.status < 0) {
+        d.fail(DecodeError::bad_value, "negative status (must be 0 or a positive errno)");
+    }
+    d.num(out.request_id);
+    d.num(out.session);
+    d.num(out.seq);
+    const std::span<const std::byte> body = verified_body(d, message, key);
+    if (!d.ok()) {
+        return d.result();
+    }
+    if (out.status != 0) {
+        response_defaults.at(static_cast<std::size_t>(op) - 1)(out.body);
+        if (!body.empty()) {
+            return {DecodeError::bad_value, "error response with a body", 0};
+        }
+        return {};
+    }
+    return parse_body(body, op, response_parsers, out.body);
+}
+
+} // namespace pvfs::proto

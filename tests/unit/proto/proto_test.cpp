@@ -1,0 +1,969 @@
+// Tests of lib/proto (include/pvfs/proto.hpp): round trips of every op,
+// rejection of every kind of bad message (magic, version, op, flags,
+// truncation at every byte, lengths over their limits, counts beyond the
+// bytes left, bad values, trailing bytes, any flipped byte, another key),
+// key files, and the replay guard.
+#include <atf-c++.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pvfs/config.hpp"
+#include "pvfs/proto.hpp"
+#include "pvfs/types.hpp"
+#include "samples.hpp"
+
+namespace proto = pvfs::proto;
+using proto::DecodeError;
+
+namespace {
+
+// Where fields sit in a request with the samples' max_groups groups.
+constexpr std::size_t request_flags_at = 8;
+constexpr std::size_t request_groups_at = 52;
+constexpr std::size_t sample_body_length_at = 56 + 4 * pvfs::max_groups;
+constexpr std::size_t sample_body_at = sample_body_length_at + 4;
+constexpr std::size_t response_status_at = 8;
+constexpr std::size_t response_body_length_at = 36;
+constexpr std::size_t response_body_at = 40;
+
+std::vector<std::byte> encoded(const proto::Request &req, const proto::Key &key)
+{
+    std::vector<std::byte> out;
+    const std::size_t n = proto::encode(req, key, out);
+    ATF_REQUIRE_EQ(n, out.size());
+    return out;
+}
+
+std::vector<std::byte> encoded(const proto::Response &resp, const proto::Key &key)
+{
+    std::vector<std::byte> out;
+    const std::size_t n = proto::encode(resp, key, out);
+    ATF_REQUIRE_EQ(n, out.size());
+    return out;
+}
+
+std::vector<std::byte> encoded(const proto::Request &req)
+{
+    return encoded(req, samples::test_key());
+}
+
+std::vector<std::byte> encoded(const proto::Response &resp)
+{
+    return encoded(resp, samples::test_key());
+}
+
+// Recomputes the MAC after a test changed the message on purpose, so the
+// decoder's other checks are what rejects it.
+void resign(std::vector<std::byte> &m)
+{
+    const std::span<std::byte> all(m);
+    samples::test_key().sign(all.first(m.size() - proto::mac_size), all.last<proto::mac_size>());
+}
+
+void put_u32(std::vector<std::byte> &m, std::size_t at, std::uint32_t v)
+{
+    for (std::size_t i = 0; i < 4; ++i) {
+        m.at(at + i) = static_cast<std::byte>((v >> (8 * i)) & 0xFFU);
+    }
+}
+
+void put_u16(std::vector<std::byte> &m, std::size_t at, std::uint16_t v)
+{
+    m.at(at) = static_cast<std::byte>(v & 0xFFU);
+    m.at(at + 1) = static_cast<std::byte>(v >> 8U);
+}
+
+proto::DecodeResult decode_request(std::span<const std::byte> m)
+{
+    proto::Request out;
+    return proto::decode(m, samples::test_key(), out);
+}
+
+proto::DecodeResult decode_response(std::span<const std::byte> m)
+{
+    proto::Response out;
+    return proto::decode(m, samples::test_key(), out);
+}
+
+void require_error(const proto::DecodeResult &r, DecodeError expected, const std::string &context)
+{
+    if (!(r.error == expected)) {
+        std::ostringstream why;
+        why << context << ": expected error " << static_cast<int>(expected) << ", got "
+            << static_cast<int>(r.error) << " (" << r.message() << ")";
+        ATF_FAIL(why.str());
+    }
+    ATF_REQUIRE(!r);
+}
+
+void require_request_error(const proto::Request &req, DecodeError expected,
+                           const std::string &context)
+{
+    require_error(decode_request(encoded(req)), expected, context);
+}
+
+void require_response_error(const proto::Response &resp, DecodeError expected,
+                            const std::string &context)
+{
+    require_error(decode_response(encoded(resp)), expected, context);
+}
+
+std::vector<std::vector<std::byte>> all_sample_messages()
+{
+    std::vector<std::vector<std::byte>> all;
+    std::uint64_t n = 0;
+    for (auto &body : samples::request_bodies()) {
+        all.push_back(encoded(samples::request(body, ++n)));
+    }
+    for (auto &body : samples::response_bodies()) {
+        all.push_back(encoded(samples::response(body, ++n)));
+    }
+    return all;
+}
+
+std::string temp_dir()
+{
+    std::string dir = (std::filesystem::current_path() / "keys").string();
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+void write_file(const std::string &path, const std::string &contents)
+{
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << contents;
+    ATF_REQUIRE(f.good());
+}
+
+} // namespace
+
+// ---- round trips ---------------------------------------------------------
+
+ATF_TEST_CASE_WITHOUT_HEAD(round_trip_requests);
+ATF_TEST_CASE_BODY(round_trip_requests)
+{
+    const auto key = samples::test_key();
+    const auto bodies = samples::request_bodies();
+    ATF_REQUIRE_EQ(bodies.size(), std::size_t{proto::op_count});
+    std::uint64_t n = 0;
+    for (const auto &body : bodies) {
+        const proto::Request req = samples::request(body, ++n);
+        ATF_REQUIRE_EQ(static_cast<std::uint64_t>(req.op()), n);
+        const auto bytes = encoded(req, key);
+        proto::Request back;
+        const auto r = proto::decode(bytes, key, back);
+        if (!(r)) {
+            std::ostringstream why;
+            why << proto::op_name(req.op()) << ": " << r.message();
+            ATF_FAIL(why.str());
+        }
+        if (!(back == req)) {
+            std::ostringstream why;
+            why << proto::op_name(req.op()) << " differs after a round trip";
+            ATF_FAIL(why.str());
+        }
+        ATF_REQUIRE(back.op() == req.op());
+        ATF_REQUIRE_EQ(back.cred.groups.size(), pvfs::max_groups);
+    }
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(round_trip_responses);
+ATF_TEST_CASE_BODY(round_trip_responses)
+{
+    const auto key = samples::test_key();
+    std::uint64_t n = 0;
+    for (const auto &body : samples::response_bodies()) {
+        const proto::Response resp = samples::response(body, ++n);
+        ATF_REQUIRE_EQ(static_cast<std::uint64_t>(resp.op()), n);
+        const auto bytes = encoded(resp, key);
+        proto::Response back;
+        const auto r = proto::decode(bytes, key, back);
+        if (!(r)) {
+            std::ostringstream why;
+            why << proto::op_name(resp.op()) << ": " << r.message();
+            ATF_FAIL(why.str());
+        }
+        if (!(back == resp)) {
+            std::ostringstream why;
+            why << proto::op_name(resp.op()) << " differs after a round trip";
+            ATF_FAIL(why.str());
+        }
+    }
+}
+
+// A failed operation's response carries no body, whatever the struct holds.
+ATF_TEST_CASE_WITHOUT_HEAD(error_responses);
+ATF_TEST_CASE_BODY(error_responses)
+{
+    const auto key = samples::test_key();
+    for (const auto &body : samples::request_bodies()) {
+        const proto::Request req = samples::request(body);
+        proto::Response resp = proto::response_to(req, ENOENT);
+        ATF_REQUIRE(proto::answers(resp, req));
+        const auto bytes = encoded(resp, key);
+        ATF_REQUIRE_EQ(bytes.size(), response_body_at + proto::mac_size);
+        proto::Response back;
+        ATF_REQUIRE(proto::decode(bytes, key, back));
+        ATF_REQUIRE(back == resp);
+        ATF_REQUIRE_EQ(back.status, ENOENT);
+        ATF_REQUIRE(proto::answers(back, req));
+    }
+    // A body is left out when status != 0, even if the struct has one.
+    proto::Response with_body = samples::response(proto::ReadlinkResponse{.target = "x"});
+    with_body.status = EIO;
+    auto bytes = encoded(with_body, key);
+    ATF_REQUIRE_EQ(bytes.size(), response_body_at + proto::mac_size);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(answers_binds_request);
+ATF_TEST_CASE_BODY(answers_binds_request)
+{
+    const proto::Request req = samples::request(proto::GetattrRequest{.handle = 5});
+    const proto::Response ok = proto::response_to(req);
+    ATF_REQUIRE(proto::answers(ok, req));
+    ATF_REQUIRE(std::holds_alternative<proto::GetattrResponse>(ok.body));
+    proto::Response other = ok;
+    other.seq += 1;
+    ATF_REQUIRE(!proto::answers(other, req));
+    other = ok;
+    other.session ^= 1;
+    ATF_REQUIRE(!proto::answers(other, req));
+    other = ok;
+    other.request_id += 1;
+    ATF_REQUIRE(!proto::answers(other, req));
+    other = ok;
+    other.body = proto::LookupResponse{};
+    ATF_REQUIRE(!proto::answers(other, req));
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(op_numbers_and_names);
+ATF_TEST_CASE_BODY(op_numbers_and_names)
+{
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::get_config), 1);
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::read), 17);
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::list_handles), 30);
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::lookup)), "lookup");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::xattr_set)), "xattr_set");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::list_handles)), "list_handles");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(0))), "unknown");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(31))), "unknown");
+    const proto::Request req = samples::request(proto::TruncateObjectRequest{});
+    ATF_REQUIRE(req.op() == proto::Op::truncate_object);
+    // The op is on the wire at bytes 6..7.
+    const auto bytes = encoded(req);
+    ATF_REQUIRE_EQ(static_cast<int>(bytes.at(6)), 21);
+    ATF_REQUIRE_EQ(static_cast<int>(bytes.at(7)), 0);
+}
+
+// Little-endian, field by field, as docs/protocol.md shows.
+ATF_TEST_CASE_WITHOUT_HEAD(wire_bytes);
+ATF_TEST_CASE_BODY(wire_bytes)
+{
+    proto::Request req{.request_id = 0x0102030405060708,
+                       .session = 9,
+                       .seq = 10,
+                       .time_ns = -1,
+                       .cred = {.uid = 0x11223344, .gid = 5, .groups = {6}},
+                       .body = proto::GetattrRequest{.handle = 0xA1A2A3A4A5A6A7A8}};
+    const auto m = encoded(req);
+    const std::vector<unsigned> head = {
+        0x50, 0x56, 0x46, 0x51, 1,    0,    4,    0,    0,    0,    0,    0,    8,    7,    6,
+        5,    4,    3,    2,    1,    9,    0,    0,    0,    0,    0,    0,    0,    10,   0,
+        0,    0,    0,    0,    0,    0,    0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x44,
+        0x33, 0x22, 0x11, 5,    0,    0,    0,    1,    0,    0,    0,    6,    0,    0,    0,
+        8,    0,    0,    0,    0xA8, 0xA7, 0xA6, 0xA5, 0xA4, 0xA3, 0xA2, 0xA1};
+    ATF_REQUIRE_EQ(m.size(), head.size() + proto::mac_size);
+    for (std::size_t i = 0; i < head.size(); ++i) {
+        ATF_REQUIRE_EQ(static_cast<unsigned>(m.at(i)), head.at(i));
+    }
+    const proto::Response resp{.status = 2, .request_id = 1, .session = 2, .seq = 3, .body = {}};
+    const auto r = encoded(resp);
+    const std::vector<unsigned> rhead = {0x50, 0x56, 0x46, 0x52, 1, 0, 1, 0, 2, 0, 0, 0};
+    for (std::size_t i = 0; i < rhead.size(); ++i) {
+        ATF_REQUIRE_EQ(static_cast<unsigned>(r.at(i)), rhead.at(i));
+    }
+}
+
+// ---- rejections ----------------------------------------------------------
+
+ATF_TEST_CASE_WITHOUT_HEAD(wrong_magic);
+ATF_TEST_CASE_BODY(wrong_magic)
+{
+    const auto req = encoded(samples::request(proto::StatfsRequest{}));
+    const auto resp = encoded(samples::response(proto::StatfsResponse{}));
+    require_error(decode_response(req), DecodeError::bad_magic, "request as response");
+    require_error(decode_request(resp), DecodeError::bad_magic, "response as request");
+    for (std::size_t i = 0; i < 4; ++i) {
+        auto m = req;
+        m.at(i) ^= std::byte{0x20};
+        resign(m);
+        require_error(decode_request(m), DecodeError::bad_magic, "request magic byte");
+        auto r = resp;
+        r.at(i) ^= std::byte{0x20};
+        resign(r);
+        require_error(decode_response(r), DecodeError::bad_magic, "response magic byte");
+    }
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(wrong_version);
+ATF_TEST_CASE_BODY(wrong_version)
+{
+    for (const std::uint16_t version : {0, 2, 0x100, 0xFFFF}) {
+        auto m = encoded(samples::request(proto::StatusRequest{}));
+        put_u16(m, 4, version);
+        resign(m);
+        const auto r = decode_request(m);
+        require_error(r, DecodeError::bad_version, "request version");
+        ATF_REQUIRE_EQ(r.message(), "unsupported protocol version " + std::to_string(version) +
+                                        " (this build speaks 1)");
+        auto resp = encoded(samples::response(proto::StatusResponse{}));
+        put_u16(resp, 4, version);
+        resign(resp);
+        require_error(decode_response(resp), DecodeError::bad_version, "response version");
+    }
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(wrong_op);
+ATF_TEST_CASE_BODY(wrong_op)
+{
+    for (const std::uint16_t op : {0, 31, 0x1000, 0xFFFF}) {
+        auto m = encoded(samples::request(proto::StatusRequest{}));
+        put_u16(m, 6, op);
+        resign(m);
+        const auto r = decode_request(m);
+        require_error(r, DecodeError::bad_op, "request op");
+        ATF_REQUIRE_EQ(r.message(), "unknown op " + std::to_string(op));
+        auto resp = encoded(samples::response(proto::StatusResponse{}));
+        put_u16(resp, 6, op);
+        resign(resp);
+        require_error(decode_response(resp), DecodeError::bad_op, "response op");
+    }
+    // A known op with another op's body: the body does not parse.
+    auto m = encoded(samples::request(proto::LookupRequest{.parent = 1, .name = "abc"}));
+    put_u16(m, 6, static_cast<std::uint16_t>(proto::Op::getattr));
+    resign(m);
+    require_error(decode_request(m), DecodeError::trailing_bytes, "lookup body as getattr");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(nonzero_flags);
+ATF_TEST_CASE_BODY(nonzero_flags)
+{
+    for (const std::uint32_t flags : {1U, 0x80000000U, 0xFFFFFFFFU}) {
+        auto m = encoded(samples::request(proto::StatusRequest{}));
+        put_u32(m, request_flags_at, flags);
+        resign(m);
+        require_error(decode_request(m), DecodeError::bad_flags, "flags");
+    }
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(truncated_at_every_byte);
+ATF_TEST_CASE_BODY(truncated_at_every_byte)
+{
+    std::vector<std::vector<std::byte>> requests;
+    std::vector<std::vector<std::byte>> responses;
+    const auto rb = samples::request_bodies();
+    const auto sb = samples::response_bodies();
+    for (const proto::Op op : {proto::Op::lookup, proto::Op::setattr, proto::Op::write,
+                               proto::Op::xattr_set, proto::Op::statfs}) {
+        requests.push_back(encoded(samples::request(rb.at(static_cast<std::size_t>(op) - 1))));
+    }
+    for (const proto::Op op : {proto::Op::status, proto::Op::getattr, proto::Op::readdir,
+                               proto::Op::xattr_list, proto::Op::fsync}) {
+        responses.push_back(encoded(samples::response(sb.at(static_cast<std::size_t>(op) - 1))));
+    }
+    for (const auto &m : requests) {
+        ATF_REQUIRE(decode_request(m));
+        for (std::size_t n = 0; n < m.size(); ++n) {
+            require_error(decode_request(std::span(m).first(n)), DecodeError::truncated,
+                          "request cut to " + std::to_string(n) + " bytes");
+        }
+    }
+    for (const auto &m : responses) {
+        ATF_REQUIRE(decode_response(m));
+        for (std::size_t n = 0; n < m.size(); ++n) {
+            require_error(decode_response(std::span(m).first(n)), DecodeError::truncated,
+                          "response cut to " + std::to_string(n) + " bytes");
+        }
+    }
+}
+
+// Every length and count one above its limit, with a valid MAC.
+ATF_TEST_CASE_WITHOUT_HEAD(lengths_over_limits);
+ATF_TEST_CASE_BODY(lengths_over_limits)
+{
+    using namespace pvfs::proto;
+    const std::string name256(pvfs::max_name + 1, 'n');
+    require_request_error(samples::request(LookupRequest{.parent = 1, .name = name256}),
+                          DecodeError::too_long, "name 256");
+    require_request_error(
+        samples::request(RenameRequest{
+            .old_parent = 1, .old_name = "a", .new_parent = 1, .new_name = name256, .flags = 0}),
+        DecodeError::too_long, "rename new name 256");
+    require_request_error(
+        samples::request(SymlinkRequest{
+            .parent = 1, .name = "s", .target = std::string(pvfs::max_path + 1, 'p')}),
+        DecodeError::too_long, "path 4096");
+    require_response_error(
+        samples::response(ReadlinkResponse{.target = std::string(pvfs::max_path + 1, 'p')}),
+        DecodeError::too_long, "readlink 4096");
+
+    proto::Request groups = samples::request(GetattrRequest{.handle = 1});
+    groups.cred.groups.push_back(1);
+    ATF_REQUIRE_EQ(groups.cred.groups.size(), std::size_t{33});
+    require_request_error(groups, DecodeError::too_long, "groups 33");
+
+    require_request_error(
+        samples::request(ReadRequest{.handle = 1, .regions = samples::regions(1025)}),
+        DecodeError::too_long, "read regions 1025");
+    require_request_error(
+        samples::request(WriteRequest{.handle = 1, .regions = samples::regions(1025)}),
+        DecodeError::too_long, "write regions 1025");
+    require_request_error(
+        samples::request(WriteRequest{.handle = 1,
+                                      .regions = samples::regions(1),
+                                      .inline_data = samples::pattern(max_inline_data + 1, 0)}),
+        DecodeError::too_long, "inline data 64 KiB + 1");
+    require_request_error(
+        samples::request(XattrSetRequest{.handle = 1,
+                                         .name = "user.a",
+                                         .value = samples::pattern(pvfs::max_xattr_value + 1, 0)}),
+        DecodeError::too_long, "xattr value 65537");
+    require_response_error(samples::response(XattrGetResponse{
+                               .value = samples::pattern(pvfs::max_xattr_value + 1, 0)}),
+                           DecodeError::too_long, "xattr_get value 65537");
+    require_request_error(samples::request(XattrGetRequest{
+                              .handle = 1, .name = std::string(pvfs::max_xattr_name + 1, 'x')}),
+                          DecodeError::too_long, "xattr name 256");
+    require_request_error(samples::request(ObjectSizesRequest{
+                              .handles = std::vector<pvfs::Handle>(max_object_sizes + 1, 1)}),
+                          DecodeError::too_long, "object_sizes 1025");
+    require_response_error(samples::response(ObjectSizesResponse{
+                               .sizes = std::vector<std::uint64_t>(max_object_sizes + 1, 1)}),
+                           DecodeError::too_long, "object_sizes reply 1025");
+    require_response_error(samples::response(ReaddirResponse{
+                               .entries = std::vector<DirEntry>(max_readdir_entries + 1,
+                                                                DirEntry{.name = "e", .handle = 1}),
+                               .eof = false}),
+                           DecodeError::too_long, "readdir 4097 entries");
+    require_response_error(
+        samples::response(GetConfigResponse{.config_text = std::string(max_config_text + 1, 'c')}),
+        DecodeError::too_long, "config 1 MiB + 1");
+    require_response_error(samples::response(ListHandlesResponse{
+                               .handles = std::vector<pvfs::Handle>(max_list_handles + 1, 1)}),
+                           DecodeError::too_long, "list_handles 16385");
+    require_response_error(samples::response(XattrListResponse{
+                               .names = std::vector<std::string>(max_xattr_names + 1, "user.x")}),
+                           DecodeError::too_long, "xattr_list 4097 names");
+    require_response_error(samples::response(StatusResponse{.server_name = std::string(256, 's')}),
+                           DecodeError::too_long, "server name 256");
+
+    // Exactly at the limits is fine.
+    const auto at_limit =
+        samples::request(XattrSetRequest{.handle = 1,
+                                         .name = std::string(pvfs::max_xattr_name, 'x'),
+                                         .value = samples::pattern(pvfs::max_xattr_value, 0),
+                                         .flags = 0});
+    ATF_REQUIRE(decode_request(encoded(at_limit)));
+    const auto config = samples::response(
+        GetConfigResponse{.config_text = std::string(max_config_text, 'c'), .server_index = 0});
+    ATF_REQUIRE(decode_response(encoded(config)));
+}
+
+// Counts and lengths within their limits but beyond the bytes left are
+// refused before anything is allocated for them.
+ATF_TEST_CASE_WITHOUT_HEAD(counts_beyond_bytes_left);
+ATF_TEST_CASE_BODY(counts_beyond_bytes_left)
+{
+    using namespace pvfs::proto;
+    // The name's length (at the body's offset 8) says 200 but 3 bytes follow.
+    auto m = encoded(samples::request(LookupRequest{.parent = 1, .name = "abc"}));
+    put_u32(m, sample_body_at + 8, 200);
+    resign(m);
+    require_error(decode_request(m), DecodeError::truncated, "name length 200 of 3");
+
+    // 1000 handles (8000 bytes) announced, 1 present.
+    m = encoded(samples::request(ObjectSizesRequest{.handles = {7}}));
+    put_u32(m, sample_body_at, 1000);
+    resign(m);
+    require_error(decode_request(m), DecodeError::truncated, "1000 handles of 1");
+
+    // 32 groups announced with none present: the count alone is checked.
+    proto::Request no_groups = samples::request(StatfsRequest{});
+    no_groups.cred.groups.clear();
+    m = encoded(no_groups);
+    put_u32(m, request_groups_at, 32);
+    resign(m);
+    require_error(decode_request(m), DecodeError::truncated, "32 groups of 0");
+
+    // 2^31 entries in a short message: over the limit, refused before any
+    // reserve().
+    m = encoded(samples::response(ReaddirResponse{}));
+    put_u32(m, response_body_at, 0x80000000U);
+    resign(m);
+    const auto r = decode_response(m);
+    require_error(r, DecodeError::too_long, "2^31 entries");
+    ATF_REQUIRE_EQ(r.value, 0x80000000U);
+
+    // 4096 entries (at the limit) cannot fit in 5 bytes.
+    m = encoded(samples::response(ReaddirResponse{}));
+    put_u32(m, response_body_at, 4096);
+    resign(m);
+    require_error(decode_response(m), DecodeError::truncated, "4096 entries in 5 bytes");
+
+    // A body length larger than the message.
+    m = encoded(samples::request(StatfsRequest{}));
+    put_u32(m, sample_body_length_at, 0xFFFFFFFFU);
+    require_error(decode_request(m), DecodeError::truncated, "body length 2^32 - 1");
+    auto resp = encoded(samples::response(StatfsResponse{}));
+    put_u32(resp, response_body_length_at, 1000);
+    require_error(decode_response(resp), DecodeError::truncated, "response body length 1000");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(bad_values);
+ATF_TEST_CASE_BODY(bad_values)
+{
+    using namespace pvfs::proto;
+    for (const char *name : {"", ".", "..", "a/b", "/"}) {
+        require_request_error(samples::request(LookupRequest{.parent = 1, .name = name}),
+                              DecodeError::bad_value, std::string("name '") + name + "'");
+    }
+    require_request_error(
+        samples::request(MkdirRequest{.parent = 1, .name = std::string("a\0b", 3), .mode = 0}),
+        DecodeError::bad_value, "name with NUL");
+    require_response_error(
+        samples::response(ReaddirResponse{.entries = {DirEntry{.name = "..", .handle = 1}}}),
+        DecodeError::bad_value, "dirent '..'");
+    require_request_error(samples::request(SymlinkRequest{.parent = 1, .name = "s", .target = ""}),
+                          DecodeError::bad_value, "empty symlink target");
+    require_request_error(samples::request(XattrGetRequest{.handle = 1, .name = ""}),
+                          DecodeError::bad_value, "empty xattr name");
+    require_request_error(samples::request(MkdirRequest{.parent = 1, .name = "d", .mode = 010000}),
+                          DecodeError::bad_value, "mode 010000");
+    require_request_error(samples::request(SetattrRequest{.handle = 1, .mask = proto::set_all + 1}),
+                          DecodeError::bad_value, "setattr mask");
+    require_request_error(
+        samples::request(SetattrRequest{.handle = 1, .atime = {0, 1'000'000'000}}),
+        DecodeError::bad_value, "nsec 1e9");
+    require_request_error(samples::request(MknodRequest{
+                              .parent = 1, .name = "m", .type = pvfs::ObjectType::directory}),
+                          DecodeError::bad_value, "mknod directory");
+    require_request_error(
+        samples::request(RenameRequest{
+            .old_parent = 1, .old_name = "a", .new_parent = 1, .new_name = "b", .flags = 4}),
+        DecodeError::bad_value, "rename flags 4");
+    require_request_error(
+        samples::request(XattrSetRequest{.handle = 1, .name = "user.a", .flags = 4}),
+        DecodeError::bad_value, "xattr flags 4");
+
+    // Object type 0 and 8, bool 2: patched into valid messages.
+    auto m = encoded(samples::response(GetattrResponse{.attr = samples::attr(1)}));
+    for (const unsigned type : {0U, 8U, 255U}) {
+        auto t = m;
+        t.at(response_body_at + 8) = static_cast<std::byte>(type);
+        resign(t);
+        require_error(decode_response(t), DecodeError::bad_value,
+                      "object type " + std::to_string(type));
+    }
+    auto c = encoded(samples::response(CreateResponse{.attr = samples::attr(1), .created = true}));
+    c.at(c.size() - proto::mac_size - 1) = std::byte{2};
+    resign(c);
+    require_error(decode_response(c), DecodeError::bad_value, "bool 2");
+
+    // Responses: a negative status, an error with a body.
+    auto neg = encoded(samples::response(FsyncResponse{}));
+    put_u32(neg, response_status_at, 0xFFFFFFFEU);
+    resign(neg);
+    require_error(decode_response(neg), DecodeError::bad_value, "status -2");
+    auto with_body = encoded(samples::response(ReadResponse{.bytes = 1, .object_size = 2}));
+    put_u32(with_body, response_status_at, EIO);
+    resign(with_body);
+    require_error(decode_response(with_body), DecodeError::bad_value, "error with a body");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(trailing_bytes);
+ATF_TEST_CASE_BODY(trailing_bytes)
+{
+    for (const auto &original : all_sample_messages()) {
+        auto m = original;
+        m.push_back(std::byte{0});
+        const bool is_request = original.at(3) == std::byte{0x51};
+        const auto r = is_request ? decode_request(m) : decode_response(m);
+        require_error(r, DecodeError::trailing_bytes, "a byte after the MAC");
+    }
+    // A byte inside the body that no field claims, with a valid MAC.
+    auto m = encoded(samples::request(proto::GetattrRequest{.handle = 1}));
+    m.insert(m.end() - proto::mac_size, std::byte{0});
+    put_u32(m, sample_body_length_at, 9);
+    resign(m);
+    const auto r = decode_request(m);
+    require_error(r, DecodeError::trailing_bytes, "a byte after the body");
+    ATF_REQUIRE_EQ(std::string(r.what), "bytes after the body");
+    auto resp = encoded(samples::response(proto::RmdirResponse{}));
+    resp.insert(resp.end() - proto::mac_size, std::byte{1});
+    put_u32(resp, response_body_length_at, 1);
+    resign(resp);
+    require_error(decode_response(resp), DecodeError::trailing_bytes, "a byte in an empty body");
+}
+
+// However a message is damaged, it is never accepted.
+ATF_TEST_CASE_WITHOUT_HEAD(every_flipped_byte_rejected);
+ATF_TEST_CASE_BODY(every_flipped_byte_rejected)
+{
+    std::size_t checked = 0;
+    for (const auto &original : all_sample_messages()) {
+        const bool is_request = original.at(3) == std::byte{0x51};
+        // Bounded to keep the test quick: every byte of the envelope, the
+        // MAC, and the first 512 body bytes.
+        for (std::size_t i = 0; i < original.size(); ++i) {
+            if (i > 1024 && i < original.size() - proto::mac_size) {
+                continue;
+            }
+            for (const std::byte flip : {std::byte{0x01}, std::byte{0x80}}) {
+                auto m = original;
+                m.at(i) ^= flip;
+                const auto r = is_request ? decode_request(m) : decode_response(m);
+                if (!(!r)) {
+                    std::ostringstream why;
+                    why << "byte " << i << " flipped was accepted";
+                    ATF_FAIL(why.str());
+                }
+                ++checked;
+            }
+        }
+    }
+    ATF_REQUIRE(checked > 10000);
+    // Where nothing but the MAC can tell, it is the MAC that says so.
+    auto m = encoded(samples::request(proto::GetattrRequest{.handle = 1}));
+    m.at(sample_body_at) ^= std::byte{1};
+    require_error(decode_request(m), DecodeError::bad_mac, "body byte flipped");
+    m = encoded(samples::request(proto::GetattrRequest{.handle = 1}));
+    m.back() ^= std::byte{1};
+    require_error(decode_request(m), DecodeError::bad_mac, "MAC byte flipped");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(wrong_key);
+ATF_TEST_CASE_BODY(wrong_key)
+{
+    const auto other = samples::other_key();
+    for (const auto &m : all_sample_messages()) {
+        proto::Request req;
+        proto::Response resp;
+        const bool is_request = m.at(3) == std::byte{0x51};
+        const auto r = is_request ? proto::decode(m, other, req) : proto::decode(m, other, resp);
+        require_error(r, DecodeError::bad_mac, "another key");
+    }
+}
+
+// The encoder reuses the caller's buffer: capacity is kept, contents are
+// replaced, not appended.
+ATF_TEST_CASE_WITHOUT_HEAD(encode_reuses_buffer);
+ATF_TEST_CASE_BODY(encode_reuses_buffer)
+{
+    const auto key = samples::test_key();
+    std::vector<std::byte> out;
+    const auto big = samples::request(samples::request_bodies().at(8));
+    const std::size_t big_size = proto::encode(big, key, out);
+    const auto *data = out.data();
+    const auto small = samples::request(proto::StatfsRequest{});
+    const std::size_t small_size = proto::encode(small, key, out);
+    ATF_REQUIRE(small_size < big_size);
+    ATF_REQUIRE_EQ(out.size(), small_size);
+    ATF_REQUIRE(out.data() == data);
+    proto::Request back;
+    ATF_REQUIRE(proto::decode(out, key, back));
+    ATF_REQUIRE(back == small);
+}
+
+// ---- key files -------------------------------------------------------------
+
+ATF_TEST_CASE_WITHOUT_HEAD(key_file_from_generator);
+ATF_TEST_CASE_BODY(key_file_from_generator)
+{
+    const std::string path = temp_dir() + "/cluster.key";
+    ATF_REQUIRE(pvfs::config::generate_key_file(path).ok());
+    std::string error;
+    const auto key = proto::Key::load(path, error);
+    if (!(key)) {
+        std::ostringstream why;
+        why << error;
+        ATF_FAIL(why.str());
+    }
+    // The same file gives the same key: messages signed with one verify
+    // with the other; a different key file does not.
+    const auto again = proto::Key::load(path, error);
+    ATF_REQUIRE(again);
+    const auto m = encoded(samples::request(proto::StatfsRequest{}), *key);
+    proto::Request out;
+    ATF_REQUIRE(proto::decode(m, *again, out));
+    const std::string path2 = temp_dir() + "/other.key";
+    ATF_REQUIRE(pvfs::config::generate_key_file(path2).ok());
+    const auto other = proto::Key::load(path2, error);
+    ATF_REQUIRE(other);
+    ATF_REQUIRE(proto::decode(m, *other, out).error == DecodeError::bad_mac);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(key_file_formats);
+ATF_TEST_CASE_BODY(key_file_formats)
+{
+    const std::string hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    std::array<std::byte, proto::key_size> raw{};
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+        raw.at(i) = static_cast<std::byte>(i);
+    }
+    const auto expected = proto::Key::from_bytes(raw);
+    const auto m = encoded(samples::request(proto::StatfsRequest{}), expected);
+    const std::string dir = temp_dir();
+    for (const std::string &text : {hex + "\n", hex,
+                                    std::string("000102030405060708090A0B0C0D0E0F"
+                                                "101112131415161718191A1B1C1D1E1F")}) {
+        const std::string path = dir + "/good.key";
+        write_file(path, text);
+        std::string error;
+        const auto key = proto::Key::load(path, error);
+        if (!(key)) {
+            std::ostringstream why;
+            why << error;
+            ATF_FAIL(why.str());
+        }
+        proto::Request out;
+        ATF_REQUIRE(proto::decode(m, *key, out));
+    }
+    const auto from_hex = proto::Key::from_hex(hex);
+    ATF_REQUIRE(from_hex);
+    proto::Request out;
+    ATF_REQUIRE(proto::decode(m, *from_hex, out));
+
+    const std::vector<std::string> bad = {
+        "",        hex.substr(0, 63),   hex.substr(0, 63) + "\n", hex + "0", hex + "\n\n",
+        hex + " ", " " + hex.substr(1), hex.substr(0, 62) + "g0", hex + hex};
+    for (const auto &text : bad) {
+        const std::string path = dir + "/bad.key";
+        write_file(path, text);
+        std::string error;
+        if (!(!proto::Key::load(path, error))) {
+            std::ostringstream why;
+            why << "accepted '" << text << "'";
+            ATF_FAIL(why.str());
+        }
+        if (!(error.find(path) == 0)) {
+            std::ostringstream why;
+            why << error;
+            ATF_FAIL(why.str());
+        }
+    }
+    ATF_REQUIRE(!proto::Key::from_hex(hex.substr(0, 62)));
+    ATF_REQUIRE(!proto::Key::from_hex(hex.substr(0, 63) + "x"));
+
+    std::string error;
+    ATF_REQUIRE(!proto::Key::load(dir + "/missing.key", error));
+    if (!(error.find(dir + "/missing.key") == 0)) {
+        std::ostringstream why;
+        why << error;
+        ATF_FAIL(why.str());
+    }
+    if (!(error.find("No such file") != std::string::npos)) {
+        std::ostringstream why;
+        why << error;
+        ATF_FAIL(why.str());
+    }
+    ATF_REQUIRE(::mkfifo((dir + "/fifo.key").c_str(), 0600) == 0);
+    ATF_REQUIRE(!proto::Key::load(dir + "/fifo.key", error));
+    ATF_REQUIRE(error.find("not a regular file") != std::string::npos);
+    ATF_REQUIRE(!proto::Key::load(dir, error));
+    if (!(error.find("not a regular file") != std::string::npos)) {
+        std::ostringstream why;
+        why << error;
+        ATF_FAIL(why.str());
+    }
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(key_moves);
+ATF_TEST_CASE_BODY(key_moves)
+{
+    auto a = samples::test_key();
+    const auto m = encoded(samples::request(proto::StatfsRequest{}), a);
+    const proto::Key b = std::move(a);
+    proto::Request out;
+    ATF_REQUIRE(proto::decode(m, b, out));
+}
+
+// ---- replay guard ----------------------------------------------------------
+
+namespace {
+constexpr std::int64_t second = 1'000'000'000;
+constexpr std::int64_t t0 = 1'763'800'000 * second;
+using proto::ReplayVerdict;
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(replay_in_order);
+ATF_TEST_CASE_BODY(replay_in_order)
+{
+    proto::ReplayGuard guard;
+    ATF_REQUIRE_EQ(guard.window(), 120 * second);
+    for (std::uint64_t seq = 1; seq <= 5000; ++seq) {
+        ATF_REQUIRE(guard.accept(7, seq, t0, t0) == ReplayVerdict::accepted);
+    }
+    ATF_REQUIRE(guard.accept(7, 5000, t0, t0) == ReplayVerdict::replayed);
+    ATF_REQUIRE(guard.accept(7, 1, t0, t0) == ReplayVerdict::replayed);
+    // Other sessions are independent.
+    ATF_REQUIRE(guard.accept(8, 1, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE_EQ(guard.sessions(), std::size_t{2});
+    // Gaps are fine: seq need only increase.
+    ATF_REQUIRE(guard.accept(7, 1'000'000, t0, t0) == ReplayVerdict::accepted);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(replay_out_of_order_within_window);
+ATF_TEST_CASE_BODY(replay_out_of_order_within_window)
+{
+    proto::ReplayGuard guard;
+    ATF_REQUIRE(guard.accept(1, 2000, t0, t0) == ReplayVerdict::accepted);
+    // Everything in (2000 - 1024, 2000) arrives late, backwards, once each.
+    for (std::uint64_t seq = 1999; seq > 2000 - proto::ReplayGuard::replay_window_bits; --seq) {
+        if (!(guard.accept(1, seq, t0, t0) == ReplayVerdict::accepted)) {
+            std::ostringstream why;
+            why << seq;
+            ATF_FAIL(why.str());
+        }
+    }
+    for (std::uint64_t seq = 1999; seq > 2000 - proto::ReplayGuard::replay_window_bits; --seq) {
+        if (!(guard.accept(1, seq, t0, t0) == ReplayVerdict::replayed)) {
+            std::ostringstream why;
+            why << seq;
+            ATF_FAIL(why.str());
+        }
+    }
+    // A window that slid forward keeps what it saw.
+    ATF_REQUIRE(guard.accept(1, 2010, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(1, 2005, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(1, 2005, t0, t0) == ReplayVerdict::replayed);
+    ATF_REQUIRE(guard.accept(1, 2000, t0, t0) == ReplayVerdict::replayed);
+    ATF_REQUIRE(guard.accept(1, 1999, t0, t0) == ReplayVerdict::replayed);
+    ATF_REQUIRE(guard.accept(1, 2009, t0, t0) == ReplayVerdict::accepted);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(replay_below_window);
+ATF_TEST_CASE_BODY(replay_below_window)
+{
+    proto::ReplayGuard guard;
+    ATF_REQUIRE(guard.accept(1, 5000, t0, t0) == ReplayVerdict::accepted);
+    // 5000 - 1023 is the oldest seq the window still tracks.
+    ATF_REQUIRE(guard.accept(1, 5000 - 1023, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(1, 5000 - 1024, t0, t0) == ReplayVerdict::replayed);
+    ATF_REQUIRE(guard.accept(1, 0, t0, t0) == ReplayVerdict::replayed);
+    // A jump past the whole window forgets the old bits but not the floor.
+    ATF_REQUIRE(guard.accept(1, 100'000, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(1, 5000, t0, t0) == ReplayVerdict::replayed);
+    ATF_REQUIRE(guard.accept(1, 99'999, t0, t0) == ReplayVerdict::accepted);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(replay_time_window);
+ATF_TEST_CASE_BODY(replay_time_window)
+{
+    proto::ReplayGuard guard;
+    const std::int64_t w = 120 * second;
+    ATF_REQUIRE(guard.accept(1, 1, t0 - w, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(1, 2, t0 - w - 1, t0) == ReplayVerdict::too_old);
+    ATF_REQUIRE(guard.accept(1, 3, t0 + w, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(1, 4, t0 + w + 1, t0) == ReplayVerdict::in_future);
+    // Extremes do not overflow.
+    ATF_REQUIRE(guard.accept(1, 5, INT64_MIN, t0) == ReplayVerdict::too_old);
+    ATF_REQUIRE(guard.accept(1, 6, INT64_MAX, t0) == ReplayVerdict::in_future);
+    ATF_REQUIRE(guard.accept(1, 7, INT64_MAX, INT64_MIN) == ReplayVerdict::in_future);
+    // A rejected message leaves no trace: the same seq may come back in time.
+    ATF_REQUIRE(guard.accept(1, 2, t0, t0) == ReplayVerdict::accepted);
+    // A new session with a stale time is not remembered.
+    ATF_REQUIRE(guard.accept(99, 1, t0 - 2 * w, t0) == ReplayVerdict::too_old);
+    ATF_REQUIRE_EQ(guard.sessions(), std::size_t{1});
+
+    guard.set_window(1 * second);
+    ATF_REQUIRE_EQ(guard.window(), second);
+    ATF_REQUIRE(guard.accept(1, 10, t0 - 2 * second, t0) == ReplayVerdict::too_old);
+    ATF_REQUIRE(guard.accept(1, 11, t0 - second, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE_EQ(std::string(proto::verdict_text(ReplayVerdict::too_old)).substr(0, 15),
+                   "request too old");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(replay_session_expiry);
+ATF_TEST_CASE_BODY(replay_session_expiry)
+{
+    const std::int64_t w = 10 * second;
+    proto::ReplayGuard guard(w);
+    ATF_REQUIRE(guard.accept(1, 100, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(2, 100, t0, t0) == ReplayVerdict::accepted);
+    // Session 2 stays busy; session 1 goes idle.
+    for (std::int64_t t = t0; t <= t0 + 2 * w + 2 * second; t += second) {
+        ATF_REQUIRE(guard.accept(2, 101 + static_cast<std::uint64_t>((t - t0) / second), t, t) ==
+                    ReplayVerdict::accepted);
+    }
+    const std::int64_t later = t0 + 2 * w + 2 * second + w + 1;
+    ATF_REQUIRE(guard.accept(2, 1000, later, later) == ReplayVerdict::accepted);
+    ATF_REQUIRE_EQ(guard.sessions(), std::size_t{1});
+    // Session 1's old message cannot come back: its time is now too old.
+    ATF_REQUIRE(guard.accept(1, 100, t0, later) == ReplayVerdict::too_old);
+    // A forgotten session that resumes starts afresh.
+    ATF_REQUIRE(guard.accept(1, 5, later, later) == ReplayVerdict::accepted);
+    ATF_REQUIRE_EQ(guard.sessions(), std::size_t{2});
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(replay_session_cap);
+ATF_TEST_CASE_BODY(replay_session_cap)
+{
+    const std::int64_t w = 10 * second;
+    proto::ReplayGuard guard(w, 100);
+    for (std::uint64_t s = 0; s < 100; ++s) {
+        ATF_REQUIRE(guard.accept(s, 1, t0, t0) == ReplayVerdict::accepted);
+    }
+    ATF_REQUIRE(guard.accept(100, 1, t0, t0) == ReplayVerdict::too_many_sessions);
+    ATF_REQUIRE_EQ(guard.sessions(), std::size_t{100});
+    // Known sessions still work.
+    ATF_REQUIRE(guard.accept(5, 2, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(
+        std::string(proto::verdict_text(ReplayVerdict::too_many_sessions)).find("too many") !=
+        std::string::npos);
+    // Once the others have been idle for 2 * window, a new one gets in.
+    const std::int64_t later = t0 + 2 * w + 1;
+    ATF_REQUIRE(guard.accept(100, 1, later, later) == ReplayVerdict::accepted);
+    ATF_REQUIRE_EQ(guard.sessions(), std::size_t{1});
+}
+
+ATF_INIT_TEST_CASES(tcs)
+{
+    ATF_ADD_TEST_CASE(tcs, round_trip_requests);
+    ATF_ADD_TEST_CASE(tcs, round_trip_responses);
+    ATF_ADD_TEST_CASE(tcs, error_responses);
+    ATF_ADD_TEST_CASE(tcs, answers_binds_request);
+    ATF_ADD_TEST_CASE(tcs, op_numbers_and_names);
+    ATF_ADD_TEST_CASE(tcs, wire_bytes);
+    ATF_ADD_TEST_CASE(tcs, wrong_magic);
+    ATF_ADD_TEST_CASE(tcs, wrong_version);
+    ATF_ADD_TEST_CASE(tcs, wrong_op);
+    ATF_ADD_TEST_CASE(tcs, nonzero_flags);
+    ATF_ADD_TEST_CASE(tcs, truncated_at_every_byte);
+    ATF_ADD_TEST_CASE(tcs, lengths_over_limits);
+    ATF_ADD_TEST_CASE(tcs, counts_beyond_bytes_left);
+    ATF_ADD_TEST_CASE(tcs, bad_values);
+    ATF_ADD_TEST_CASE(tcs, trailing_bytes);
+    ATF_ADD_TEST_CASE(tcs, every_flipped_byte_rejected);
+    ATF_ADD_TEST_CASE(tcs, wrong_key);
+    ATF_ADD_TEST_CASE(tcs, encode_reuses_buffer);
+    ATF_ADD_TEST_CASE(tcs, key_file_from_generator);
+    ATF_ADD_TEST_CASE(tcs, key_file_formats);
+    ATF_ADD_TEST_CASE(tcs, key_moves);
+    ATF_ADD_TEST_CASE(tcs, replay_in_order);
+    ATF_ADD_TEST_CASE(tcs, replay_out_of_order_within_window);
+    ATF_ADD_TEST_CASE(tcs, replay_below_window);
+    ATF_ADD_TEST_CASE(tcs, replay_time_window);
+    ATF_ADD_TEST_CASE(tcs, replay_session_expiry);
+    ATF_ADD_TEST_CASE(tcs, replay_session_cap);
+}
