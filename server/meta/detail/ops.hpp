@@ -1,0 +1,93 @@
+// The store's operations over one LMDB transaction.  Store runs the reads
+// in read transactions and WriteBatch the changes in nested write
+// transactions; neither knows the tables, the operations do.
+#ifndef PVFS_META_OPS_HPP
+#define PVFS_META_OPS_HPP
+
+#include <lmdb.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "detail/records.hpp"
+#include "meta_store.hpp"
+#include "pvfs/perm.hpp"
+#include "pvfs/types.hpp"
+
+namespace pvfs::meta::ops {
+
+struct Tables {
+    MDB_dbi meta = 0;     // counters: string key -> u64 LE
+    MDB_dbi inodes = 0;   // handle BE -> inode record
+    MDB_dbi dirents = 0;  // (dir BE, name) -> dirent record
+    MDB_dbi order = 0;    // (dir BE, seq BE) -> order record
+    MDB_dbi symlinks = 0; // handle BE -> target
+    MDB_dbi xattrs = 0;   // (handle BE, name) -> value
+};
+inline constexpr unsigned table_count = 6;
+
+// One transaction and the store it belongs to.
+struct Tx {
+    MDB_txn *txn = nullptr;
+    const Tables *tables = nullptr;
+    std::uint32_t server = 0; // this store's index: handles of others are -EXDEV
+    std::uint32_t max_links = meta::max_links;
+    Timespec now; // the time of the operation
+};
+
+// Opens the tables, creating missing ones (needs a write transaction).
+[[nodiscard]] int open_tables(MDB_txn *txn, Tables &out) noexcept;
+
+// Sets up a new store, or checks an existing one was made for this server
+// index and format.
+[[nodiscard]] int init_store(Tx &tx, const Layout &default_layout);
+
+[[nodiscard]] bool valid_layout(const Layout &layout) noexcept;
+
+// ---- reads ----
+[[nodiscard]] int lookup(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
+                         Attr &out);
+[[nodiscard]] int getattr(Tx &tx, Handle handle, Attr &out);
+[[nodiscard]] int readlink(Tx &tx, Handle handle, std::string &target);
+[[nodiscard]] int readdir(Tx &tx, const Credentials &cred, Handle dir, std::uint64_t cookie,
+                          std::uint32_t max_entries, DirPage &out);
+[[nodiscard]] int xattr_get(Tx &tx, const Credentials &cred, Handle handle, std::string_view name,
+                            std::string &value);
+[[nodiscard]] int xattr_list(Tx &tx, Handle handle, std::vector<std::string> &names);
+[[nodiscard]] int layout_get(Tx &tx, Handle handle, Layout &out);
+[[nodiscard]] int statfs(Tx &tx, MDB_env *env, Stats &out);
+[[nodiscard]] int list_handles(Tx &tx, std::uint64_t cookie, std::uint32_t max_handles,
+                               HandlePage &out);
+
+// ---- changes ----
+[[nodiscard]] int create(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
+                         std::uint32_t mode, bool exclusive, const Layout &layout,
+                         CreateResult &out);
+[[nodiscard]] int mkdir(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
+                        std::uint32_t mode, Attr &out);
+[[nodiscard]] int mknod(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
+                        ObjectType type, std::uint32_t mode, std::uint64_t rdev, Attr &out);
+[[nodiscard]] int symlink(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
+                          std::string_view target, Attr &out);
+[[nodiscard]] int link(Tx &tx, const Credentials &cred, Handle target, Handle new_parent,
+                       std::string_view new_name, Attr &out);
+[[nodiscard]] int unlink(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
+                         Removed &out);
+[[nodiscard]] int rmdir(Tx &tx, const Credentials &cred, Handle parent, std::string_view name);
+[[nodiscard]] int rename(Tx &tx, const Credentials &cred, Handle old_parent,
+                         std::string_view old_name, Handle new_parent, std::string_view new_name,
+                         std::uint32_t flags, Removed &replaced);
+[[nodiscard]] int setattr(Tx &tx, const Credentials &cred, Handle handle,
+                          const perm::AttrChange &change, Attr &out);
+[[nodiscard]] int data_written(Tx &tx, const Credentials &cred, Handle handle, Attr &out);
+[[nodiscard]] int xattr_set(Tx &tx, const Credentials &cred, Handle handle, std::string_view name,
+                            std::string_view value, std::uint32_t flags);
+[[nodiscard]] int xattr_remove(Tx &tx, const Credentials &cred, Handle handle,
+                               std::string_view name);
+[[nodiscard]] int layout_set(Tx &tx, const Credentials &cred, Handle handle, const Layout &layout);
+
+} // namespace pvfs::meta::ops
+
+#endif // PVFS_META_OPS_HPP

@@ -1,0 +1,251 @@
+// The metadata store: the namespace of one metadata server (inodes,
+// directory entries, symlink targets, extended attributes, layouts) in an
+// LMDB database.  The server's only door to it; docs/metadata.md describes
+// the tables, the encodings and the rules.
+//
+// Every operation takes the caller's (already squashed) Credentials,
+// enforces POSIX permissions with lib/perm and returns 0 or a negative
+// errno, as the corresponding Linux system call would.
+//
+// Reads and writes:
+//   - Reads (lookup, getattr, readlink, readdir, xattr_get, xattr_list,
+//     layout_get, statfs, list_handles) are const member functions of
+//     Store.  Each runs in its own LMDB read transaction, sees the last
+//     committed state and never waits for a writer.
+//   - Changes go through a WriteBatch: one LMDB write transaction in which
+//     each operation runs in a nested transaction of its own, so a failed
+//     operation (EEXIST, EACCES, ENOSPC, ...) is rolled back alone and the
+//     others stay.  commit() makes all of them durable with one sync.  An
+//     operation's result is final only when commit() returned 0; if commit()
+//     fails, nothing of the batch happened and every operation of it failed
+//     with commit()'s error.  So a server collects the requests that arrive
+//     while the previous commit syncs, applies them as one batch, commits,
+//     and only then sends the replies (group commit).
+//
+// Threads:
+//   - open() and close() while no other call runs.
+//   - Reads: any thread, any number at once (the environment is opened
+//     with MDB_NOTLS, so read transactions are not tied to threads), also
+//     on a thread that holds a WriteBatch.
+//   - One WriteBatch at a time in the process (LMDB has one writer): a
+//     second batch() from another thread blocks until the first ends; from
+//     the same thread it fails with -EDEADLK.  A batch must be used,
+//     committed and destroyed on the thread that created it (LMDB's write
+//     lock is a mutex of that thread), and must end before the Store closes.
+#ifndef PVFS_META_STORE_HPP
+#define PVFS_META_STORE_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pvfs/perm.hpp"
+#include "pvfs/types.hpp"
+
+namespace pvfs::meta {
+
+// A file or directory has at most this many links (EMLINK beyond), unless
+// Options::max_links sets a lower limit.
+inline constexpr std::uint32_t max_links = 65000;
+// At most this many entries or handles per readdir or list_handles call.
+inline constexpr std::uint32_t max_page_entries = 4096;
+// The total size of an object's xattr names, each plus a NUL, as
+// listxattr(2) returns them (XATTR_LIST_MAX); ENOSPC beyond.
+inline constexpr std::size_t max_xattr_list = 65536;
+// At most this many extended attributes per object (the protocol's
+// xattr_list reply carries at most 4096 names); ENOSPC beyond.
+inline constexpr std::size_t max_xattr_count = 4096;
+inline constexpr std::uint64_t default_map_size = std::uint64_t{64} << 30U;
+// Readdir cookies are >= this: 0, 1 and 2 all mean "from the start", so a
+// client may use 0 and 1 for its own "." and "..".
+inline constexpr std::uint64_t first_dir_cookie = 3;
+
+// rename flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
+inline constexpr std::uint32_t rename_noreplace = 1;
+inline constexpr std::uint32_t rename_exchange = 2;
+// xattr_set flags (XATTR_CREATE, XATTR_REPLACE).
+inline constexpr std::uint32_t xattr_create = 1;
+inline constexpr std::uint32_t xattr_replace = 2;
+
+struct Options {
+    std::string path;               // a directory (created if missing) for the LMDB files
+    std::uint32_t server_index = 0; // this server's index among the metadata servers
+    Layout default_layout{default_stripe_size, 1, 0}; // the first open's top directory's
+    std::uint64_t map_size = default_map_size; // bytes of address space; the database's limit
+    bool durable = true;        // false: MDB_NOSYNC, commits are not synced (tests, benchmarks)
+    unsigned max_readers = 126; // concurrent read transactions
+    // The link limit, at most (and by default) meta::max_links.  Lower only
+    // so tests reach EMLINK quickly.
+    std::uint32_t max_links = meta::max_links;
+};
+
+struct CreateResult {
+    Attr attr;
+    bool created = false; // false: it existed and was not exclusive
+};
+
+// What unlink (and a rename that replaced its target) took away, so the
+// caller can remove a regular file's data objects once nlink_after is 0.
+struct Removed {
+    Handle handle = no_handle; // no_handle: nothing was removed
+    ObjectType type = ObjectType::regular;
+    std::uint32_t nlink_after = 0;
+    Layout layout;
+    friend bool operator==(const Removed &, const Removed &) = default;
+};
+
+struct DirEntry {
+    std::string name;
+    Handle handle = no_handle;
+    ObjectType type = ObjectType::regular;
+    std::uint64_t cookie = 0; // pass to readdir to continue after this entry
+};
+
+struct DirPage {
+    std::vector<DirEntry> entries;
+    bool eof = false; // no entries after the last one (at the time of the call)
+};
+
+struct HandlePage {
+    std::vector<Handle> handles;
+    std::uint64_t next_cookie = 0;
+    bool eof = false;
+};
+
+struct Stats {
+    std::uint64_t objects = 0;      // inodes in the store
+    std::uint64_t free_handles = 0; // ids left to allocate
+    std::uint64_t map_bytes = 0;    // the database's size limit
+    std::uint64_t used_bytes = 0;   // of it, in use
+};
+
+class Store;
+
+class WriteBatch {
+public:
+    WriteBatch(WriteBatch &&other) noexcept;
+    WriteBatch &operator=(WriteBatch &&other) noexcept;
+    WriteBatch(const WriteBatch &) = delete;
+    WriteBatch &operator=(const WriteBatch &) = delete;
+    // Aborts unless committed.
+    ~WriteBatch();
+
+    // 0 while operations may be added; else why not: -EBADF once it ended
+    // (committed, aborted, or the store was not open), -EDEADLK when this
+    // thread already held a batch, or the error that kept LMDB's write
+    // transaction from starting.  Every operation of a batch whose status
+    // is not 0 returns that status.
+    [[nodiscard]] int status() const noexcept;
+    // Operations applied successfully so far.
+    [[nodiscard]] std::size_t applied() const noexcept;
+
+    // Makes the applied operations durable (one sync); 0 or a negative
+    // errno, when none of them happened.  Ends the batch.
+    [[nodiscard]] int commit();
+    // Forgets every operation.  Ends the batch.
+    void abort() noexcept;
+
+    // A regular file.  layout.stripe_count == 0: the parent's layout.  An
+    // existing name: -EEXIST when exclusive, -EISDIR for a directory, else
+    // its attributes with created = false.
+    [[nodiscard]] int create(const Credentials &cred, Handle parent, std::string_view name,
+                             std::uint32_t mode, bool exclusive, const Layout &layout,
+                             CreateResult &out);
+    // The new directory's layout (for its files) is the parent's.
+    [[nodiscard]] int mkdir(const Credentials &cred, Handle parent, std::string_view name,
+                            std::uint32_t mode, Attr &out);
+    // fifo, socket, char_device, block_device (devices: root only, -EPERM).
+    [[nodiscard]] int mknod(const Credentials &cred, Handle parent, std::string_view name,
+                            ObjectType type, std::uint32_t mode, std::uint64_t rdev, Attr &out);
+    [[nodiscard]] int symlink(const Credentials &cred, Handle parent, std::string_view name,
+                              std::string_view target, Attr &out);
+    // A new name for `target` (not a directory: -EPERM).
+    [[nodiscard]] int link(const Credentials &cred, Handle target, Handle new_parent,
+                           std::string_view new_name, Attr &out);
+    [[nodiscard]] int unlink(const Credentials &cred, Handle parent, std::string_view name,
+                             Removed &out);
+    [[nodiscard]] int rmdir(const Credentials &cred, Handle parent, std::string_view name);
+    // rename(2)/renameat2(2) with rename_noreplace or rename_exchange.  If
+    // an object was replaced (and so lost a link), `replaced` says which.
+    [[nodiscard]] int rename(const Credentials &cred, Handle old_parent, std::string_view old_name,
+                             Handle new_parent, std::string_view new_name, std::uint32_t flags,
+                             Removed &replaced);
+    // chmod, chown, utimensat: see perm::apply_setattr.
+    [[nodiscard]] int setattr(const Credentials &cred, Handle handle,
+                              const perm::AttrChange &change, Attr &out);
+    // The caller wrote data to a regular file: mtime and ctime become now,
+    // and setuid/setgid are cleared as perm::mode_after_write says.  Needs
+    // write access.
+    [[nodiscard]] int data_written(const Credentials &cred, Handle handle, Attr &out);
+    [[nodiscard]] int xattr_set(const Credentials &cred, Handle handle, std::string_view name,
+                                std::string_view value, std::uint32_t flags);
+    [[nodiscard]] int xattr_remove(const Credentials &cred, Handle handle, std::string_view name);
+    // On a directory: the layout its new files get.  On a regular file: its
+    // striping, which must not change once it has data; the store cannot
+    // know that, so the client checks the file is empty first.  Owner or
+    // root only.
+    [[nodiscard]] int layout_set(const Credentials &cred, Handle handle, const Layout &layout);
+
+private:
+    friend class Store;
+    struct State;
+    explicit WriteBatch(std::unique_ptr<State> state) noexcept;
+    std::unique_ptr<State> state_;
+};
+
+class Store {
+public:
+    Store() noexcept;
+    Store(Store &&other) noexcept;
+    Store &operator=(Store &&other) noexcept;
+    Store(const Store &) = delete;
+    Store &operator=(const Store &) = delete;
+    ~Store();
+
+    // Opens the store at options.path, creating it on first use (with the
+    // top directory {server_index, 1}: on server 0 the file system root,
+    // mode 0755, owned by root, with options.default_layout).  0 or a
+    // negative errno; the reason is logged (gossip, subsystem meta).  A store
+    // created for another server index, or by another format, is refused
+    // (-EINVAL).
+    [[nodiscard]] int open(const Options &options);
+    void close() noexcept;
+    [[nodiscard]] bool is_open() const noexcept;
+    [[nodiscard]] std::uint32_t server_index() const noexcept;
+
+    // A batch of changes; check its status().  Blocks while another
+    // thread holds a batch.
+    [[nodiscard]] WriteBatch batch();
+
+    [[nodiscard]] int lookup(const Credentials &cred, Handle parent, std::string_view name,
+                             Attr &out) const;
+    [[nodiscard]] int getattr(const Credentials &cred, Handle handle, Attr &out) const;
+    [[nodiscard]] int readlink(const Credentials &cred, Handle handle, std::string &target) const;
+    // Up to max_entries (at most max_page_entries) entries after `cookie`
+    // (0 to start), in creation order.  An entry present for the whole walk
+    // is returned exactly once, whatever is added or removed meanwhile.
+    [[nodiscard]] int readdir(const Credentials &cred, Handle dir, std::uint64_t cookie,
+                              std::uint32_t max_entries, DirPage &out) const;
+    [[nodiscard]] int xattr_get(const Credentials &cred, Handle handle, std::string_view name,
+                                std::string &value) const;
+    [[nodiscard]] int xattr_list(const Credentials &cred, Handle handle,
+                                 std::vector<std::string> &names) const;
+    [[nodiscard]] int layout_get(const Credentials &cred, Handle handle, Layout &out) const;
+    [[nodiscard]] int statfs(Stats &out) const;
+    // Every handle of the store in order, a page at a time (for fsck);
+    // cookie 0 to start.
+    [[nodiscard]] int list_handles(std::uint64_t cookie, std::uint32_t max_handles,
+                                   HandlePage &out) const;
+
+private:
+    friend class WriteBatch;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace pvfs::meta
+
+#endif // PVFS_META_STORE_HPP

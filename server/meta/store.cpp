@@ -1,0 +1,403 @@
+// Store and WriteBatch: the transactions around the operations of
+// detail/ops.cpp, and the one-writer rule of LMDB made explicit.
+#include "meta_store.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <ctime>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "detail/lmdb.hpp"
+#include "detail/ops.hpp"
+#include "pvfs/gossip.hpp"
+
+namespace pvfs::meta {
+
+namespace gossip = pvfs::gossip;
+
+namespace {
+
+// What status() says once a batch has ended (committed or aborted).
+constexpr int batch_ended = -EBADF;
+
+[[nodiscard]] Timespec clock_now() noexcept
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return Timespec{ts.tv_sec, static_cast<std::uint32_t>(ts.tv_nsec)};
+}
+
+} // namespace
+
+struct Store::Impl {
+    lmdb::Env env;
+    ops::Tables tables;
+    std::uint32_t server = 0;
+    std::uint32_t max_links = meta::max_links;
+    // LMDB allows one write transaction; a second begun on the thread that
+    // holds the first would deadlock inside LMDB, so batches take this
+    // mutex first and remember their thread.
+    std::mutex writer;
+    std::atomic<std::thread::id> writer_thread{};
+
+    template <typename Fn> [[nodiscard]] int read(Fn &&fn) const
+    {
+        if (env.get() == nullptr)
+            return -EBADF;
+        lmdb::Txn txn;
+        if (const int rc = txn.begin(env.get(), nullptr, MDB_RDONLY); rc != 0)
+            return rc;
+        ops::Tx tx{txn.get(), &tables, server, max_links, clock_now()};
+        return fn(tx);
+    }
+};
+
+struct WriteBatch::State {
+    Store::Impl *store = nullptr;
+    std::unique_lock<std::mutex> lock;
+    lmdb::Txn txn;
+    int status = 0;
+    std::size_t applied = 0;
+
+    void end(int why) noexcept
+    {
+        txn.abort();
+        if (lock.owns_lock()) {
+            store->writer_thread.store(std::thread::id{});
+            lock.unlock();
+        }
+        status = why;
+    }
+
+    // Runs one operation in a nested transaction: kept if it succeeds,
+    // rolled back alone if it fails.
+    template <typename Fn> [[nodiscard]] int run(Fn &&fn)
+    {
+        if (status != 0)
+            return status;
+        lmdb::Txn child;
+        if (const int rc = child.begin(store->env.get(), txn.get(), 0); rc != 0)
+            return rc;
+        ops::Tx tx{child.get(), &store->tables, store->server, store->max_links, clock_now()};
+        int rc = fn(tx);
+        if (rc == 0)
+            rc = child.commit();
+        else
+            child.abort();
+        if (rc == 0)
+            ++applied;
+        return rc;
+    }
+};
+
+// ---- WriteBatch ----
+
+WriteBatch::WriteBatch(std::unique_ptr<State> state) noexcept : state_(std::move(state)) {}
+WriteBatch::WriteBatch(WriteBatch &&) noexcept = default;
+WriteBatch &WriteBatch::operator=(WriteBatch &&other) noexcept
+{
+    if (this != &other) {
+        abort();
+        state_ = std::move(other.state_);
+    }
+    return *this;
+}
+WriteBatch::~WriteBatch()
+{
+    abort();
+}
+
+int WriteBatch::status() const noexcept
+{
+    return state_ ? state_->status : batch_ended;
+}
+
+std::size_t WriteBatch::applied() const noexcept
+{
+    return state_ ? state_->applied : 0;
+}
+
+int WriteBatch::commit()
+{
+    if (!state_)
+        return batch_ended;
+    if (state_->status != 0)
+        return state_->status;
+    const int rc = state_->txn.commit();
+    state_->end(batch_ended);
+    return rc;
+}
+
+void WriteBatch::abort() noexcept
+{
+    if (state_ && state_->status != batch_ended)
+        state_->end(batch_ended);
+}
+
+int WriteBatch::create(const Credentials &cred, Handle parent, std::string_view name,
+                       std::uint32_t mode, bool exclusive, const Layout &layout, CreateResult &out)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::create(tx, cred, parent, name, mode, exclusive, layout, out);
+    })
+                  : batch_ended;
+}
+
+int WriteBatch::mkdir(const Credentials &cred, Handle parent, std::string_view name,
+                      std::uint32_t mode, Attr &out)
+{
+    return state_ ? state_->run(
+                        [&](ops::Tx &tx) { return ops::mkdir(tx, cred, parent, name, mode, out); })
+                  : batch_ended;
+}
+
+int WriteBatch::mknod(const Credentials &cred, Handle parent, std::string_view name,
+                      ObjectType type, std::uint32_t mode, std::uint64_t rdev, Attr &out)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::mknod(tx, cred, parent, name, type, mode, rdev, out);
+    })
+                  : batch_ended;
+}
+
+int WriteBatch::symlink(const Credentials &cred, Handle parent, std::string_view name,
+                        std::string_view target, Attr &out)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::symlink(tx, cred, parent, name, target, out);
+    })
+                  : batch_ended;
+}
+
+int WriteBatch::link(const Credentials &cred, Handle target, Handle new_parent,
+                     std::string_view new_name, Attr &out)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::link(tx, cred, target, new_parent, new_name, out);
+    })
+                  : batch_ended;
+}
+
+int WriteBatch::unlink(const Credentials &cred, Handle parent, std::string_view name, Removed &out)
+{
+    return state_
+               ? state_->run([&](ops::Tx &tx) { return ops::unlink(tx, cred, parent, name, out); })
+               : batch_ended;
+}
+
+int WriteBatch::rmdir(const Credentials &cred, Handle parent, std::string_view name)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) { return ops::rmdir(tx, cred, parent, name); })
+                  : batch_ended;
+}
+
+int WriteBatch::rename(const Credentials &cred, Handle old_parent, std::string_view old_name,
+                       Handle new_parent, std::string_view new_name, std::uint32_t flags,
+                       Removed &replaced)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::rename(tx, cred, old_parent, old_name, new_parent, new_name, flags, replaced);
+    })
+                  : batch_ended;
+}
+
+int WriteBatch::setattr(const Credentials &cred, Handle handle, const perm::AttrChange &change,
+                        Attr &out)
+{
+    return state_ ? state_->run(
+                        [&](ops::Tx &tx) { return ops::setattr(tx, cred, handle, change, out); })
+                  : batch_ended;
+}
+
+int WriteBatch::data_written(const Credentials &cred, Handle handle, Attr &out)
+{
+    return state_
+               ? state_->run([&](ops::Tx &tx) { return ops::data_written(tx, cred, handle, out); })
+               : batch_ended;
+}
+
+int WriteBatch::xattr_set(const Credentials &cred, Handle handle, std::string_view name,
+                          std::string_view value, std::uint32_t flags)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::xattr_set(tx, cred, handle, name, value, flags);
+    })
+                  : batch_ended;
+}
+
+int WriteBatch::xattr_remove(const Credentials &cred, Handle handle, std::string_view name)
+{
+    return state_
+               ? state_->run([&](ops::Tx &tx) { return ops::xattr_remove(tx, cred, handle, name); })
+               : batch_ended;
+}
+
+int WriteBatch::layout_set(const Credentials &cred, Handle handle, const Layout &layout)
+{
+    return state_
+               ? state_->run([&](ops::Tx &tx) { return ops::layout_set(tx, cred, handle, layout); })
+               : batch_ended;
+}
+
+// ---- Store ----
+
+Store::Store() noexcept = default;
+Store::Store(Store &&) noexcept = default;
+Store &Store::operator=(Store &&) noexcept = default;
+Store::~Store() = default;
+
+int Store::open(const Options &options)
+{
+    close();
+    if (options.path.empty())
+        return -EINVAL;
+    if (::mkdir(options.path.c_str(), 0700) != 0 && errno != EEXIST) {
+        const int err = errno;
+        gossip::error(gossip::Mask::meta, "mkdir {}: {}", options.path,
+                      std::system_category().message(err));
+        return -err;
+    }
+    auto impl = std::make_unique<Impl>();
+    impl->server = options.server_index;
+    impl->max_links = std::clamp(options.max_links, 2U, meta::max_links);
+    if (options.server_index >= (1U << handle_server_bits)) {
+        gossip::error(gossip::Mask::meta, "server index {} does not fit a handle",
+                      options.server_index);
+        return -EINVAL;
+    }
+    const unsigned flags = MDB_NOTLS | (options.durable ? 0U : MDB_NOSYNC);
+    if (const int rc = impl->env.open(options.path.c_str(), flags, options.map_size,
+                                      ops::table_count, options.max_readers);
+        rc != 0) {
+        gossip::error(gossip::Mask::meta, "cannot open metadata store {}", options.path);
+        return rc;
+    }
+    lmdb::Txn txn;
+    if (const int rc = txn.begin(impl->env.get(), nullptr, 0); rc != 0)
+        return rc;
+    if (const int rc = ops::open_tables(txn.get(), impl->tables); rc != 0)
+        return rc;
+    ops::Tx tx{txn.get(), &impl->tables, impl->server, impl->max_links, clock_now()};
+    if (const int rc = ops::init_store(tx, options.default_layout); rc != 0) {
+        gossip::error(gossip::Mask::meta, "cannot initialise metadata store {}", options.path);
+        return rc;
+    }
+    if (const int rc = txn.commit(); rc != 0)
+        return rc;
+    impl_ = std::move(impl);
+    return 0;
+}
+
+void Store::close() noexcept
+{
+    impl_.reset();
+}
+
+bool Store::is_open() const noexcept
+{
+    return impl_ != nullptr;
+}
+
+std::uint32_t Store::server_index() const noexcept
+{
+    return impl_ ? impl_->server : 0;
+}
+
+WriteBatch Store::batch()
+{
+    auto state = std::make_unique<WriteBatch::State>();
+    if (!impl_) {
+        state->status = -EBADF;
+        return WriteBatch(std::move(state));
+    }
+    state->store = impl_.get();
+    if (impl_->writer_thread.load() == std::this_thread::get_id()) {
+        state->status = -EDEADLK;
+        return WriteBatch(std::move(state));
+    }
+    state->lock = std::unique_lock(impl_->writer);
+    impl_->writer_thread.store(std::this_thread::get_id());
+    if (const int rc = state->txn.begin(impl_->env.get(), nullptr, 0); rc != 0)
+        state->end(rc);
+    return WriteBatch(std::move(state));
+}
+
+int Store::lookup(const Credentials &cred, Handle parent, std::string_view name, Attr &out) const
+{
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::lookup(tx, cred, parent, name, out); });
+}
+
+int Store::getattr(const Credentials &cred, Handle handle, Attr &out) const
+{
+    // stat(2) needs search permission on the path only, which lookup checked.
+    (void)cred;
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::getattr(tx, handle, out); });
+}
+
+int Store::readlink(const Credentials &cred, Handle handle, std::string &target) const
+{
+    (void)cred; // readlink(2) needs no permission on the link itself
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::readlink(tx, handle, target); });
+}
+
+int Store::readdir(const Credentials &cred, Handle dir, std::uint64_t cookie,
+                   std::uint32_t max_entries, DirPage &out) const
+{
+    if (!impl_)
+        return -EBADF;
+    return impl_->read(
+        [&](ops::Tx &tx) { return ops::readdir(tx, cred, dir, cookie, max_entries, out); });
+}
+
+int Store::xattr_get(const Credentials &cred, Handle handle, std::string_view name,
+                     std::string &value) const
+{
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::xattr_get(tx, cred, handle, name, value); });
+}
+
+int Store::xattr_list(const Credentials &cred, Handle handle, std::vector<std::string> &names) const
+{
+    (void)cred; // listxattr(2) needs no permission on the object
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::xattr_list(tx, handle, names); });
+}
+
+int Store::layout_get(const Credentials &cred, Handle handle, Layout &out) const
+{
+    (void)cred; // the layout is metadata, like stat
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::layout_get(tx, handle, out); });
+}
+
+int Store::statfs(Stats &out) const
+{
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::statfs(tx, impl_->env.get(), out); });
+}
+
+int Store::list_handles(std::uint64_t cookie, std::uint32_t max_handles, HandlePage &out) const
+{
+    if (!impl_)
+        return -EBADF;
+    return impl_->read(
+        [&](ops::Tx &tx) { return ops::list_handles(tx, cookie, max_handles, out); });
+}
+
+} // namespace pvfs::meta
