@@ -27,7 +27,7 @@ endif
 KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
 
 .PHONY: fuzz fuzz-build
-.PHONY: all configure kmod kmod-test check check-full up lint format dkms-install clean help bench bench-net
+.PHONY: all configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net
 
 all: configure
 	@ninja -C $(BUILD)
@@ -53,10 +53,17 @@ check:
 check-full:
 	@BUILD=$(BUILD) scripts/check --full
 
-# The main job.  Until the servers and the kernel client exist this boots
-# the QEMU guest with pvfs.ko loaded and opens a shell there (or runs CMD).
-up: all kmod-test
-	@scripts/up
+# A local cluster (1 metadata + 3 data servers on 127.0.0.1, storage in
+# ./run/), started and checked; `make down` stops it.
+up: all
+	@BUILD=$(BUILD) scripts/up
+
+down:
+	@scripts/down
+
+# The QEMU guest with pvfs.ko loaded: a shell there (or runs CMD).
+vm-shell: all kmod-test
+	@scripts/vm-shell
 
 lint: all
 	@scripts/lint $(BUILD)
@@ -95,6 +102,8 @@ help:
 	@echo "make kmod         build pvfs.ko (KDIR=..., C=1 for sparse)"
 	@echo "make check        build everything and run the test suite (kernel 6.1)"
 	@echo "make check-full   the same on kernels 6.1 and 6.12"
-	@echo "make up           boot a guest with pvfs.ko loaded (CMD=... to run a command)"
+	@echo "make up           start a local cluster (1 metadata + 3 data servers) in ./run/"
+	@echo "make down         stop it"
+	@echo "make vm-shell     boot a guest with pvfs.ko loaded (CMD=... to run a command)"
 	@echo "make lint         clang-format and clang-tidy over user-space sources"
 	@echo "make dkms-install register kmod/ with DKMS for every installed kernel"

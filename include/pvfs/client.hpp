@@ -1,0 +1,187 @@
+// libpvfs: the client library.  The tools use it now and pvfsd next.
+//
+// A Client talks to every server of one pvfs file system over BMI.  It
+// bootstraps from "tcp://host:port/fsname" and the cluster key (it asks
+// that server for the config) or from the config file itself.  Requests
+// for the pieces of a striped file go to their data servers concurrently,
+// with a few requests in flight per server, each moving its bytes in
+// server-directed chunks (docs/server.md).  Attributes and names are cached
+// for a short time (Options).
+//
+// Every call returns 0 (or a byte count) or a negative errno: the server's
+// (ENOENT, EACCES, ENOSPC...), or the client's own: ETIMEDOUT when a server
+// did not answer within the request timeout, ECONNREFUSED/ECONNRESET/EPIPE
+// when it cannot be reached, EPROTO when it answered something malformed.
+// No call waits longer than the request timeout.
+//
+// Not thread-safe: one thread uses a Client (pvfsd runs one per thread or
+// serialises).
+#ifndef PVFS_CLIENT_HPP
+#define PVFS_CLIENT_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pvfs/config.hpp"
+#include "pvfs/proto.hpp"
+#include "pvfs/types.hpp"
+
+namespace pvfs::client {
+
+struct Options {
+    // Where the file system is: a URL "tcp://host:port/fsname" (the config
+    // is fetched from that server), or a config file path.
+    std::string target;
+    // The cluster key; empty: the config's key_file (config file targets),
+    // else $PVFS_KEY_FILE, else /etc/pvfs/pvfs.key.
+    std::string key_file;
+    // Who the requests are from; default: this process's effective ids.
+    bool use_process_credentials = true;
+    Credentials credentials;
+    // How long cached attributes and names are trusted.
+    std::chrono::milliseconds attr_timeout{1000};
+    // Requests in flight per server for one striped read or write.
+    unsigned pipeline_depth = 4;
+    // Bytes per request of a striped read or write (several chunks).
+    std::uint64_t request_bytes = std::uint64_t{8} << 20U;
+    // 0: the config's request_timeout.
+    std::chrono::milliseconds request_timeout{0};
+};
+
+// What setattr changes (proto's set_* bits) plus truncation.
+struct SetAttr {
+    std::uint32_t mask = 0; // proto::set_mode, set_uid, ...
+    std::uint32_t mode = 0;
+    std::uint32_t uid = 0;
+    std::uint32_t gid = 0;
+    Timespec atime;
+    Timespec mtime;
+    bool truncate = false; // regular files: set the size to `size`
+    std::uint64_t size = 0;
+};
+
+struct StatFs {
+    std::uint64_t total_bytes = 0; // over the data servers
+    std::uint64_t free_bytes = 0;
+    std::uint64_t avail_bytes = 0;
+    std::uint64_t total_objects = 0; // over the metadata servers
+    std::uint64_t free_objects = 0;
+};
+
+// One server's answer to a status request.
+struct ServerStatus {
+    std::string name;    // as in the config
+    std::string address; // where it was asked
+    int error = 0;       // 0, or why it did not answer
+    proto::StatusResponse status;
+    std::chrono::nanoseconds round_trip{0};
+    std::uint64_t total_bytes = 0, free_bytes = 0, avail_bytes = 0; // statfs
+    std::uint64_t total_objects = 0, free_objects = 0;
+};
+
+class Client {
+public:
+    // nullptr and `error` set (a message naming the target) when it cannot
+    // connect or the config is bad.
+    [[nodiscard]] static std::unique_ptr<Client> connect(const Options &options,
+                                                         std::string &error);
+    ~Client();
+    Client(const Client &) = delete;
+    Client &operator=(const Client &) = delete;
+    Client(Client &&) = delete;
+    Client &operator=(Client &&) = delete;
+
+    [[nodiscard]] const config::Cluster &cluster() const noexcept;
+
+    // ---- names and attributes -----------------------------------------
+    // A regular file's attr.size is its file size (asked from its data
+    // servers); a directory's its entry count.
+    int lookup(Handle parent, std::string_view name, Attr &out);
+    // Walks an absolute path inside the file system ("/a/b"); symlinks are
+    // followed in the middle, and at the end when `follow` (at most 40).
+    int resolve(std::string_view path, Attr &out, bool follow = true);
+    int getattr(Handle handle, Attr &out);
+    int setattr(Handle handle, const SetAttr &change, Attr &out);
+
+    // ---- namespace ---------------------------------------------------------
+    // layout.stripe_count == 0: inherit from the parent directory.
+    // *created (if given) says whether the file is new (exclusive == false
+    // opens an existing one).
+    int create(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
+               const Layout &layout, Attr &out, bool *created = nullptr);
+    int mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out);
+    int mknod(Handle parent, std::string_view name, ObjectType type, std::uint32_t mode,
+              std::uint64_t rdev, Attr &out);
+    int symlink(Handle parent, std::string_view name, std::string_view target, Attr &out);
+    int readlink(Handle handle, std::string &target);
+    int link(Handle handle, Handle new_parent, std::string_view new_name, Attr &out);
+    // Removes a non-directory; its data objects go when the last link does.
+    int unlink(Handle parent, std::string_view name);
+    int rmdir(Handle parent, std::string_view name);
+    int rename(Handle old_parent, std::string_view old_name, Handle new_parent,
+               std::string_view new_name, std::uint32_t flags = 0);
+    // One page of entries after `cookie` (0: from the start); *eof when the
+    // page ends the directory.
+    int readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
+                std::vector<proto::DirEntry> &entries, bool &eof);
+
+    // ---- data ----------------------------------------------------------
+    // Reads up to buffer.size() bytes at `offset`; returns the count (short
+    // at the end of the file, 0 past it) or a negative errno.
+    std::int64_t read(Handle handle, std::uint64_t offset, std::span<std::byte> buffer);
+    // Writes all of `data` at `offset`; returns the count or a negative errno.
+    std::int64_t write(Handle handle, std::uint64_t offset, std::span<const std::byte> data);
+    // List I/O: file regions filled from / into one memory buffer, in order.
+    // Reads past the end of the file give zeros.  Returns bytes moved.
+    std::int64_t read_list(Handle handle, std::span<const proto::Region> regions,
+                           std::span<std::byte> memory);
+    std::int64_t write_list(Handle handle, std::span<const proto::Region> regions,
+                            std::span<const std::byte> memory);
+    // Makes the file's data durable on every data server it uses.
+    int fsync(Handle handle);
+
+    // ---- the rest --------------------------------------------------------
+    int statfs(StatFs &out);
+    int xattr_get(Handle handle, std::string_view name, std::vector<std::byte> &value);
+    int xattr_set(Handle handle, std::string_view name, std::span<const std::byte> value,
+                  std::uint32_t flags);
+    int xattr_list(Handle handle, std::vector<std::string> &names);
+    int xattr_remove(Handle handle, std::string_view name);
+    int layout_get(Handle handle, Layout &out);
+    int layout_set(Handle handle, const Layout &layout);
+
+    // ---- maintenance (pvfs-fsck) -------------------------------------------
+    // A page of the handles metadata server `meta_index` holds (root only).
+    int list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
+                     proto::ListHandlesResponse &out);
+    // A page of the data objects data server `data_index` holds.
+    int list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
+                     proto::ListObjectsResponse &out);
+    // Removes one data object from one data server.
+    int remove_object(std::uint32_t data_index, Handle handle);
+
+    // Asks every server for its status and statfs, all at once.
+    std::vector<ServerStatus> status_all();
+
+    // Drops every cached attribute and name.
+    void forget_cache();
+
+    struct Impl;
+
+private:
+    explicit Client(std::unique_ptr<Impl> impl) noexcept;
+    std::unique_ptr<Impl> impl_;
+};
+
+// The message of a negative errno from this library.
+[[nodiscard]] std::string error_text(std::int64_t negative_errno);
+
+} // namespace pvfs::client
+
+#endif // PVFS_CLIENT_HPP

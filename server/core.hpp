@@ -1,0 +1,79 @@
+// What the parts of pvfs-server share: where a request came from, how a
+// part is told that one of its BMI operations finished, and the door back to
+// the event loop (sending responses, posting bulk transfers).  Internal to
+// server/: the services include it, nothing outside does.
+#ifndef PVFS_SERVER_CORE_HPP
+#define PVFS_SERVER_CORE_HPP
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "bmi/bmi.hpp"
+#include "pvfs/proto.hpp"
+
+namespace pvfs::server {
+
+// Bulk data of a request moves on its tag with this bit set, so that an
+// early error response (on the tag itself) never lands in a data buffer.
+inline constexpr bmi::Tag data_tag_bit = bmi::Tag{1} << 30U;
+
+[[nodiscard]] constexpr bmi::Tag data_tag(bmi::Tag request_tag) noexcept
+{
+    return request_tag | data_tag_bit;
+}
+
+// Who asked, and what a response must echo.
+struct Origin {
+    bmi::Addr peer = bmi::no_addr;
+    bmi::Tag tag = 0;
+    std::uint64_t request_id = 0;
+    std::uint64_t session = 0;
+    std::uint64_t seq = 0;
+    proto::Op op = proto::Op::status;
+};
+
+// Anything that posts BMI operations on the server's context: the
+// completion's user_ptr points at one of these.
+class Waiter {
+public:
+    Waiter() = default;
+    Waiter(const Waiter &) = delete;
+    Waiter &operator=(const Waiter &) = delete;
+    Waiter(Waiter &&) = delete;
+    Waiter &operator=(Waiter &&) = delete;
+    virtual ~Waiter() = default;
+    virtual void on_bmi(const bmi::Completion &done) = 0;
+};
+
+// The event loop, as the services see it.
+class Loop {
+public:
+    Loop() = default;
+    Loop(const Loop &) = delete;
+    Loop &operator=(const Loop &) = delete;
+    Loop(Loop &&) = delete;
+    Loop &operator=(Loop &&) = delete;
+
+    [[nodiscard]] virtual bmi::Bmi &bmi() noexcept = 0;
+    [[nodiscard]] virtual bmi::ContextId context() const noexcept = 0;
+
+    // Sends `body` (status 0) or, with a non-zero positive errno, an error
+    // response of the origin's op.  Never fails from the caller's view: a
+    // response that cannot be sent is logged (the client's deadline ends it).
+    virtual void respond(const Origin &origin, proto::ResponseBody body) = 0;
+    virtual void respond_error(const Origin &origin, int error) = 0;
+    virtual ~Loop() = default;
+};
+
+// strerror(3) of a positive errno, thread-safe.
+[[nodiscard]] inline std::string errno_text(int error)
+{
+    std::array<char, 128> buf{};
+    return ::strerror_r(error, buf.data(), buf.size());
+}
+
+} // namespace pvfs::server
+
+#endif // PVFS_SERVER_CORE_HPP

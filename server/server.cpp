@@ -1,0 +1,409 @@
+// pvfs-server's event loop (server.hpp).
+#include "server.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <variant>
+
+#include "pvfs/gossip.hpp"
+
+#ifndef PVFS_VERSION
+#define PVFS_VERSION "unknown"
+#endif
+
+namespace pvfs::server {
+
+namespace {
+
+using gossip::Mask;
+
+// The largest request: a write with its inline data, plus the envelope.
+constexpr std::uint64_t max_request_bytes = proto::max_inline_data + std::uint64_t{64} * 1024U;
+// Unexpected bytes one client may have queued at the server.
+constexpr std::uint64_t per_client_unexpected = std::uint64_t{16} << 20U;
+// How long a stopping server lets the requests in progress finish.
+constexpr auto drain_time = std::chrono::seconds(5);
+// How long a server keeps trying to listen on a busy address.
+constexpr auto listen_retry_time = std::chrono::seconds(15);
+
+std::int64_t realtime_ns()
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The default-constructed response body of `op` (its variant alternative).
+template <std::size_t... I>
+proto::ResponseBody empty_body(std::size_t index, std::index_sequence<I...> /*indices*/)
+{
+    proto::ResponseBody body;
+    ((index == I ? static_cast<void>(body.emplace<I>()) : static_cast<void>(0)), ...);
+    return body;
+}
+
+proto::ResponseBody empty_body(proto::Op op)
+{
+    return empty_body(static_cast<std::size_t>(op) - 1,
+                      std::make_index_sequence<std::variant_size_v<proto::ResponseBody>>{});
+}
+
+const char *verdict_errno_text(proto::ReplayVerdict v)
+{
+    return proto::verdict_text(v);
+}
+
+} // namespace
+
+// A response on its way out: its bytes live until BMI is done with them.
+struct Server::Reply final : Waiter {
+    Server *server = nullptr;
+    std::vector<std::byte> bytes;
+    void on_bmi(const bmi::Completion &done) override { server->reply_done(*this, done); }
+};
+
+std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string &error)
+{
+    config::Result loaded = config::load_file(options.config_path);
+    if (!loaded.ok()) {
+        error = loaded.error;
+        return nullptr;
+    }
+    config::Cluster &cluster = loaded.cluster;
+    std::size_t self = 0;
+    if (options.name.empty()) {
+        if (cluster.servers.size() != 1) {
+            error = options.config_path + ": " + std::to_string(cluster.servers.size()) +
+                    " servers in the config; say which one this is with --name";
+            return nullptr;
+        }
+    } else {
+        const config::Server *found = cluster.find(options.name);
+        if (found == nullptr) {
+            error = options.config_path + ": no server named '" + options.name + "'";
+            return nullptr;
+        }
+        self = static_cast<std::size_t>(found - cluster.servers.data());
+    }
+    std::string key_error;
+    std::optional<proto::Key> key = proto::Key::load(cluster.key_file, key_error);
+    if (!key) {
+        error = key_error;
+        return nullptr;
+    }
+    std::unique_ptr<Server> server(new Server(std::move(cluster), self, std::move(*key)));
+    const config::Server &me = server->self_;
+
+    std::error_code ec;
+    std::filesystem::create_directories(me.storage, ec);
+    if (ec) {
+        error = "storage directory " + me.storage + ": " + ec.message();
+        return nullptr;
+    }
+
+    bmi::Options bo;
+    bo.role = bmi::Role::server;
+    bo.listen = me.addresses;
+    // A restarted server may find its port still held for a moment by the
+    // connections of its previous life (closing, not yet in TIME_WAIT):
+    // it tries again for a while rather than give up.
+    const auto listen_deadline = std::chrono::steady_clock::now() + listen_retry_time;
+    for (bool logged = false;;) {
+        try {
+            server->bmi_ = std::make_unique<bmi::Bmi>(bo);
+            break;
+        } catch (const std::exception &e) {
+            if (std::chrono::steady_clock::now() >= listen_deadline) {
+                error = std::string("cannot listen: ") + e.what();
+                return nullptr;
+            }
+            if (!logged) {
+                gossip::warning(Mask::server, "{}: {}; retrying for {} s", me.name, e.what(),
+                                listen_retry_time.count());
+                logged = true;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+    }
+    bmi::Bmi &b = *server->bmi_;
+    if (b.set_info(bmi::Info::unexpected_limit, max_request_bytes) != 0 ||
+        b.set_info(bmi::Info::unexpected_peer_bytes, per_client_unexpected) != 0 ||
+        b.set_info(bmi::Info::idle_timeout_ms, server->cluster_.defaults.idle_timeout_ms) != 0) {
+        error = "cannot configure BMI";
+        return nullptr;
+    }
+    server->ctx_ = b.open_context();
+
+    if (me.data) {
+        data::Options so;
+        std::string store_error;
+        std::optional<data::ObjectStore> store =
+            data::ObjectStore::open(me.storage, so, store_error);
+        if (!store) {
+            error = store_error;
+            return nullptr;
+        }
+        DataOptions dopt;
+        dopt.chunk = server->cluster_.defaults.bulk_chunk;
+        server->data_ = std::make_unique<DataService>(*server, std::move(*store), dopt);
+        if (const int rc = b.watch_fd(server->data_->event_fd()); rc != 0) {
+            error = std::string("cannot watch the data store: ") + errno_text(-rc);
+            return nullptr;
+        }
+    }
+    if (me.metadata) {
+        const auto metas = server->cluster_.metadata_servers();
+        const auto pos = std::find(metas.begin(), metas.end(), self);
+        meta::Options mo;
+        mo.path = (std::filesystem::path(me.storage) / "meta").string();
+        mo.server_index = static_cast<std::uint32_t>(pos - metas.begin());
+        mo.default_layout = server->cluster_.defaults.default_layout;
+        mo.durable = server->cluster_.defaults.durable_metadata;
+        meta::Store store;
+        if (const int rc = store.open(mo); rc != 0) {
+            error = "metadata store " + mo.path + ": " + errno_text(-rc);
+            return nullptr;
+        }
+        try {
+            server->meta_ = std::make_unique<MetaService>(*server, std::move(store));
+        } catch (const std::exception &e) {
+            error = std::string("metadata service: ") + e.what();
+            return nullptr;
+        }
+        if (const int rc = b.watch_fd(server->meta_->event_fd()); rc != 0) {
+            error = std::string("cannot watch the metadata committer: ") + errno_text(-rc);
+            return nullptr;
+        }
+    }
+    return server;
+}
+
+Server::Server(config::Cluster cluster, std::size_t self_index, proto::Key key)
+    : cluster_(std::move(cluster)), self_(cluster_.servers.at(self_index)),
+      self_index_(static_cast<std::uint32_t>(self_index)), config_text_(config::to_toml(cluster_)),
+      config_hash_(config::hash(cluster_)), key_(std::move(key)),
+      started_(std::chrono::steady_clock::now())
+{
+}
+
+Server::~Server()
+{
+    if (data_ && bmi_)
+        static_cast<void>(bmi_->unwatch_fd(data_->event_fd()));
+    if (meta_ && bmi_)
+        static_cast<void>(bmi_->unwatch_fd(meta_->event_fd()));
+}
+
+bool Server::busy() const noexcept
+{
+    return !replies_in_flight_.empty() || (data_ && data_->active() > 0) ||
+           (meta_ && meta_->active() > 0);
+}
+
+int Server::run(const std::atomic<bool> &stop)
+{
+    std::array<bmi::Completion, 64> done{};
+    std::vector<bmi::UnexpectedMessage> requests;
+    requests.reserve(64);
+    std::chrono::steady_clock::time_point stop_by{};
+    for (;;) {
+        const bool stopping = stop.load(std::memory_order_relaxed);
+        if (stopping) {
+            const auto now = std::chrono::steady_clock::now();
+            if (stop_by == std::chrono::steady_clock::time_point{}) {
+                stop_by = now + drain_time;
+                gossip::info(Mask::server, "{}: stopping", self_.name);
+            }
+            if (!busy() || now >= stop_by)
+                break;
+        }
+        requests.clear();
+        std::size_t n_done = 0;
+        // A stopping server takes no new request: they stay queued and
+        // their clients see the connection close.
+        bmi_->testany(ctx_, done, n_done, requests, stopping ? 0 : requests.capacity(), 100);
+        for (std::size_t i = 0; i < n_done; ++i) {
+            if (done[i].user_ptr != nullptr)
+                static_cast<Waiter *>(done[i].user_ptr)->on_bmi(done[i]);
+        }
+        if (data_)
+            data_->after_events();
+        for (const bmi::UnexpectedMessage &m : requests)
+            on_request(m);
+        if (data_)
+            data_->poll_store();
+        if (meta_)
+            meta_->poll();
+    }
+    if (busy())
+        gossip::warning(Mask::server, "{}: stopped with requests still in progress", self_.name);
+    return 0;
+}
+
+void Server::on_request(const bmi::UnexpectedMessage &message)
+{
+    const proto::DecodeResult decoded = proto::decode(message.data(), key_, request_);
+    if (!decoded) {
+        gossip::warning(Mask::server, "dropped a request from {}: {}",
+                        bmi_->rev_lookup(message.peer()), decoded.message());
+        return;
+    }
+    Origin origin{message.peer(),   message.tag(), request_.request_id,
+                  request_.session, request_.seq,  request_.op()};
+    const proto::ReplayVerdict verdict =
+        replay_.accept(request_.session, request_.seq, request_.time_ns, realtime_ns());
+    if (verdict != proto::ReplayVerdict::accepted) {
+        gossip::warning(Mask::server, "rejected {} request {} from {}: {}",
+                        proto::op_name(origin.op), origin.request_id,
+                        bmi_->rev_lookup(message.peer()), verdict_errno_text(verdict));
+        // A replay gets no answer (the real request got one); a client
+        // whose clock is off, or one too many, is told why.
+        if (verdict != proto::ReplayVerdict::replayed) {
+            respond_error(origin,
+                          verdict == proto::ReplayVerdict::too_many_sessions ? EBUSY : ETIME);
+        }
+        return;
+    }
+    if (cluster_.defaults.root_squash && request_.cred.uid == 0) {
+        request_.cred.uid = 65534;
+        request_.cred.gid = 65534;
+    }
+    gossip::debug(Mask::server, "{} request {} from {}", proto::op_name(origin.op),
+                  origin.request_id, bmi_->rev_lookup(message.peer()));
+    switch (origin.op) {
+    case proto::Op::get_config:
+        respond(origin, proto::GetConfigResponse{config_text_, self_index_});
+        return;
+    case proto::Op::status:
+        respond(origin, status());
+        return;
+    case proto::Op::statfs:
+        respond(origin, statfs());
+        return;
+    default:
+        break;
+    }
+    if (DataService::handles(origin.op)) {
+        if (!data_) {
+            gossip::warning(Mask::server, "{} request to {}, which has no data role",
+                            proto::op_name(origin.op), self_.name);
+            respond_error(origin, EOPNOTSUPP);
+            return;
+        }
+        data_->handle(origin, request_.body);
+        return;
+    }
+    if (MetaService::handles(origin.op)) {
+        if (meta_) {
+            meta_->handle(origin, request_.cred, request_.body);
+            return;
+        }
+        gossip::warning(Mask::server, "{} request to {}, which has no metadata role",
+                        proto::op_name(origin.op), self_.name);
+        respond_error(origin, EOPNOTSUPP);
+    }
+}
+
+proto::StatusResponse Server::status() const
+{
+    proto::StatusResponse s;
+    s.server_name = self_.name;
+    s.version = PVFS_VERSION;
+    s.config_hash = config_hash_;
+    s.roles = (self_.metadata ? proto::role_metadata : 0U) | (self_.data ? proto::role_data : 0U);
+    s.uptime_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::steady_clock::now() - started_)
+                                                 .count());
+    return s;
+}
+
+proto::StatfsResponse Server::statfs() const
+{
+    proto::StatfsResponse r;
+    if (data_) {
+        const data::StatFs fs = data_->statfs();
+        r.total_bytes = fs.total_bytes;
+        r.free_bytes = fs.free_bytes;
+        r.avail_bytes = fs.available_bytes;
+        r.total_objects = fs.total_objects;
+        r.free_objects = fs.free_objects;
+    }
+    if (meta_) {
+        const meta::Stats s = meta_->stats();
+        r.total_objects = s.objects + s.free_handles;
+        r.free_objects = s.free_handles;
+    }
+    return r;
+}
+
+void Server::respond(const Origin &origin, proto::ResponseBody body)
+{
+    proto::Response r;
+    r.status = 0;
+    r.request_id = origin.request_id;
+    r.session = origin.session;
+    r.seq = origin.seq;
+    r.body = std::move(body);
+    send(origin, r);
+}
+
+void Server::respond_error(const Origin &origin, int error)
+{
+    proto::Response r;
+    r.status = error > 0 ? error : EIO;
+    r.request_id = origin.request_id;
+    r.session = origin.session;
+    r.seq = origin.seq;
+    r.body = empty_body(origin.op);
+    send(origin, r);
+}
+
+void Server::send(const Origin &origin, proto::Response &response)
+{
+    std::unique_ptr<Reply> reply;
+    if (free_replies_.empty()) {
+        reply = std::make_unique<Reply>();
+        reply->server = this;
+    } else {
+        reply = std::move(free_replies_.back());
+        free_replies_.pop_back();
+    }
+    const std::size_t size = proto::encode(response, key_, reply->bytes);
+    const bmi::Post p =
+        bmi_->post_send(origin.peer, reply->bytes.data(), size, origin.tag, reply.get(), ctx_);
+    if (!p.ok()) {
+        gossip::warning(Mask::server, "cannot answer {} request {} from {}: {}",
+                        proto::op_name(origin.op), origin.request_id, bmi_->rev_lookup(origin.peer),
+                        errno_text(-p.error));
+    }
+    if (!p.ok() || p.completed) {
+        free_replies_.push_back(std::move(reply));
+        return;
+    }
+    Reply *key = reply.get();
+    replies_in_flight_.emplace(key, std::move(reply));
+}
+
+void Server::reply_done(Reply &reply, const bmi::Completion &done)
+{
+    if (done.error != 0) {
+        gossip::debug(Mask::server, "a response to {} was not delivered: {}",
+                      bmi_->rev_lookup(done.peer), errno_text(-done.error));
+    }
+    const auto it = replies_in_flight_.find(&reply);
+    if (it == replies_in_flight_.end())
+        return;
+    // A few spare buffers are kept; an unusually large one is let go.
+    if (free_replies_.size() < 256 && it->second->bytes.capacity() <= std::size_t{256} * 1024U)
+        free_replies_.push_back(std::move(it->second));
+    replies_in_flight_.erase(it);
+}
+
+} // namespace pvfs::server

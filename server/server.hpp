@@ -1,0 +1,92 @@
+// pvfs-server's event loop: one thread that owns BMI, the services of its
+// roles and every request (docs/server.md).  It sleeps only in
+// Bmi::testany, with the data store's completion fd watched, so a new
+// request, a finished transfer and a finished disk operation all wake it.
+#ifndef PVFS_SERVER_SERVER_HPP
+#define PVFS_SERVER_SERVER_HPP
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bmi/bmi.hpp"
+#include "core.hpp"
+#include "data_service.hpp"
+#include "meta_service.hpp"
+#include "pvfs/config.hpp"
+#include "pvfs/proto.hpp"
+
+namespace pvfs::server {
+
+struct ServerOptions {
+    std::string config_path;
+    std::string name; // which server of the config this is; empty: the only one
+};
+
+class Server final : public Loop {
+public:
+    // Loads the config and the key, opens the stores of this server's roles
+    // and starts listening.  nullptr and `error` set when it cannot.
+    [[nodiscard]] static std::unique_ptr<Server> create(const ServerOptions &options,
+                                                        std::string &error);
+    ~Server();
+    Server(const Server &) = delete;
+    Server &operator=(const Server &) = delete;
+    Server(Server &&) = delete;
+    Server &operator=(Server &&) = delete;
+
+    // Serves until `stop` becomes true, then finishes the requests in
+    // progress (for at most a few seconds).  Returns the exit status.
+    int run(const std::atomic<bool> &stop);
+
+    [[nodiscard]] const std::string &name() const noexcept { return self_.name; }
+    [[nodiscard]] std::vector<std::string> listen_addresses() const
+    {
+        return bmi_->listen_addresses();
+    }
+
+    // Loop
+    [[nodiscard]] bmi::Bmi &bmi() noexcept override { return *bmi_; }
+    [[nodiscard]] bmi::ContextId context() const noexcept override { return ctx_; }
+    void respond(const Origin &origin, proto::ResponseBody body) override;
+    void respond_error(const Origin &origin, int error) override;
+
+private:
+    struct Reply;
+
+    Server(config::Cluster cluster, std::size_t self_index, proto::Key key);
+
+    void on_request(const bmi::UnexpectedMessage &message);
+    void send(const Origin &origin, proto::Response &response);
+    void reply_done(Reply &reply, const bmi::Completion &done);
+    [[nodiscard]] proto::StatusResponse status() const;
+    [[nodiscard]] proto::StatfsResponse statfs() const;
+    [[nodiscard]] bool busy() const noexcept;
+
+    config::Cluster cluster_;
+    config::Server self_;
+    std::uint32_t self_index_;
+    std::string config_text_;
+    std::array<std::byte, 32> config_hash_{};
+    proto::Key key_;
+    proto::ReplayGuard replay_;
+    std::unique_ptr<bmi::Bmi> bmi_;
+    bmi::ContextId ctx_ = 0;
+    std::unique_ptr<DataService> data_;
+    std::unique_ptr<MetaService> meta_;
+    std::chrono::steady_clock::time_point started_;
+
+    proto::Request request_; // decoded into again and again (its buffers reused)
+    std::unordered_map<Reply *, std::unique_ptr<Reply>> replies_in_flight_;
+    std::vector<std::unique_ptr<Reply>> free_replies_;
+};
+
+} // namespace pvfs::server
+
+#endif // PVFS_SERVER_SERVER_HPP

@@ -1,0 +1,244 @@
+// pvfs-server's data role, spoken to directly over the protocol: a real
+// server process on loopback, inline and bulk (multi-chunk, list I/O)
+// writes and reads, holes, sizes, fsync, truncate, remove, listing, bad
+// requests, forged MACs and replays.
+#include <atf-c++.hpp>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace pvfs;
+using pvfs::test::Call;
+using pvfs::test::RawClient;
+using pvfs::test::ServerProcess;
+
+// One metadata server in the config (never started here) and one data
+// server, with 64 KiB chunks so that small tests cross many chunks.
+struct DataCluster {
+    test::ClusterFiles files = test::write_cluster(fs::current_path() / "cluster",
+                                                   {{"meta0", true, false}, {"data0", false, true}},
+                                                   "bulk_chunk = \"64KiB\"\n");
+    ServerProcess server{PVFS_SERVER_BINARY, files, "data0"};
+    RawClient client{files.cluster.find("data0")->addresses.at(0), files.key_path};
+};
+
+constexpr std::uint32_t chunk = 64U * 1024U;
+
+void require(bool ok, const std::string &why)
+{
+    if (!ok)
+        ATF_FAIL(why);
+}
+
+void require_ok(const Call &c, const std::string &what)
+{
+    if (!c.answered)
+        ATF_FAIL(what + ": no response: " + c.error);
+    if (c.response.status != 0)
+        ATF_FAIL(what + ": status " + std::to_string(c.response.status) + " (" +
+                 std::strerror(c.response.status) + ")"); // NOLINT(concurrency-mt-unsafe)
+}
+
+void require_status(const Call &c, int status, const std::string &what)
+{
+    if (!c.answered)
+        ATF_FAIL(what + ": no response: " + c.error);
+    require(c.response.status == status, what + ": status " + std::to_string(c.response.status) +
+                                             ", expected " + std::to_string(status));
+}
+
+std::uint64_t object_size(RawClient &client, Handle h)
+{
+    const Call c = client.call(proto::ObjectSizesRequest{{h}});
+    require_ok(c, "object_sizes");
+    const auto &r = std::get<proto::ObjectSizesResponse>(c.response.body);
+    ATF_REQUIRE_EQ(r.sizes.size(), 1U);
+    return r.sizes[0];
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(status_and_config);
+ATF_TEST_CASE_BODY(status_and_config)
+{
+    DataCluster dc;
+    const Call s = dc.client.call(proto::StatusRequest{});
+    require_ok(s, "status");
+    const auto &st = std::get<proto::StatusResponse>(s.response.body);
+    ATF_REQUIRE_EQ(st.server_name, "data0");
+    ATF_REQUIRE_EQ(st.roles, proto::role_data);
+    ATF_REQUIRE(st.config_hash == config::hash(dc.files.cluster));
+
+    const Call g = dc.client.call(proto::GetConfigRequest{});
+    require_ok(g, "get_config");
+    const auto &gc = std::get<proto::GetConfigResponse>(g.response.body);
+    ATF_REQUIRE_EQ(gc.server_index, 1U);
+    const config::Result parsed = config::parse(gc.config_text, "get_config", "");
+    require(parsed.ok(), parsed.error);
+    ATF_REQUIRE(parsed.cluster == dc.files.cluster);
+
+    const Call f = dc.client.call(proto::StatfsRequest{});
+    require_ok(f, "statfs");
+    const auto &sf = std::get<proto::StatfsResponse>(f.response.body);
+    ATF_REQUIRE(sf.total_bytes > 0);
+    ATF_REQUIRE(sf.free_bytes <= sf.total_bytes);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(inline_write_and_hole);
+ATF_TEST_CASE_BODY(inline_write_and_hole)
+{
+    DataCluster dc;
+    const Handle h = make_handle(0, 77);
+    const std::vector<std::byte> data = test::pattern(1000, 1);
+    proto::WriteRequest w{h, {{5000, 1000}}, chunk, 0, data};
+    const Call wc = dc.client.call(w);
+    require_ok(wc, "inline write");
+    ATF_REQUIRE_EQ(std::get<proto::WriteResponse>(wc.response.body).bytes, 1000U);
+    ATF_REQUIRE_EQ(std::get<proto::WriteResponse>(wc.response.body).object_size, 6000U);
+
+    // Reading past the end: the hole and the tail read as zeros.
+    std::vector<std::byte> back(8000, std::byte{0xee});
+    const Call rc =
+        dc.client.call(proto::ReadRequest{h, {{0, 8000}}, chunk, 0}, 20000, {}, back, chunk);
+    require_ok(rc, "read");
+    ATF_REQUIRE_EQ(std::get<proto::ReadResponse>(rc.response.body).object_size, 6000U);
+    for (std::size_t i = 0; i < 8000; ++i) {
+        const std::byte want = i >= 5000 && i < 6000 ? data[i - 5000] : std::byte{0};
+        if (back[i] != want)
+            ATF_FAIL("byte " + std::to_string(i) + " differs");
+    }
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(bulk_list_io);
+ATF_TEST_CASE_BODY(bulk_list_io)
+{
+    DataCluster dc;
+    const Handle h = make_handle(0, 1234);
+    // Three regions of the object, 1 MiB + 123 bytes in all: 17 chunks,
+    // chunk boundaries falling inside regions.
+    const std::vector<proto::Region> regions{{0, 300000}, {1000000, 500000}, {3000000, 248699}};
+    const std::size_t total = 300000 + 500000 + 248699;
+    const std::vector<std::byte> data = test::pattern(total, 7);
+    const Call wc =
+        dc.client.call(proto::WriteRequest{h, regions, chunk, 0, {}}, 20000, data, {}, chunk);
+    require_ok(wc, "bulk write");
+    ATF_REQUIRE_EQ(std::get<proto::WriteResponse>(wc.response.body).bytes, total);
+    ATF_REQUIRE_EQ(object_size(dc.client, h), 3248699U);
+
+    std::vector<std::byte> back(total);
+    const Call rc =
+        dc.client.call(proto::ReadRequest{h, regions, chunk, 0}, 20000, {}, back, chunk);
+    require_ok(rc, "bulk read");
+    ATF_REQUIRE(back == data);
+
+    // The bytes sit where the regions said: read one contiguous span that
+    // covers the end of region 0 and the start of the gap.
+    std::vector<std::byte> span(1000);
+    const Call sc =
+        dc.client.call(proto::ReadRequest{h, {{299500, 1000}}, chunk, 0}, 20000, {}, span, chunk);
+    require_ok(sc, "span read");
+    for (std::size_t i = 0; i < 500; ++i)
+        ATF_REQUIRE(span[i] == data[299500 + i]);
+    for (std::size_t i = 500; i < 1000; ++i)
+        ATF_REQUIRE(span[i] == std::byte{0});
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(fsync_truncate_remove_list);
+ATF_TEST_CASE_BODY(fsync_truncate_remove_list)
+{
+    DataCluster dc;
+    const Handle a = make_handle(0, 10);
+    const Handle b = make_handle(0, 11);
+    for (const Handle h : {a, b}) {
+        require_ok(
+            dc.client.call(proto::WriteRequest{h, {{0, 100}}, chunk, 0, test::pattern(100, 3)}),
+            "write");
+    }
+    require_ok(dc.client.call(proto::FsyncRequest{a}), "fsync");
+    require_ok(dc.client.call(proto::TruncateObjectRequest{a, 10}), "truncate");
+    ATF_REQUIRE_EQ(object_size(dc.client, a), 10U);
+
+    const Call l = dc.client.call(proto::ListObjectsRequest{0, 1});
+    require_ok(l, "list");
+    auto page = std::get<proto::ListObjectsResponse>(l.response.body);
+    ATF_REQUIRE_EQ(page.handles.size(), 1U);
+    ATF_REQUIRE(!page.eof);
+    const Call l2 = dc.client.call(proto::ListObjectsRequest{page.next_cookie, 100});
+    require_ok(l2, "list 2");
+    const auto &page2 = std::get<proto::ListObjectsResponse>(l2.response.body);
+    ATF_REQUIRE_EQ(page2.handles.size(), 1U);
+    ATF_REQUIRE(page2.eof);
+    ATF_REQUIRE(page.handles[0] != page2.handles[0]);
+
+    require_ok(dc.client.call(proto::RemoveObjectRequest{a}), "remove");
+    require_ok(dc.client.call(proto::RemoveObjectRequest{a}), "remove again (idempotent)");
+    ATF_REQUIRE_EQ(object_size(dc.client, a), proto::no_object_size);
+    ATF_REQUIRE_EQ(object_size(dc.client, b), 100U);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(bad_requests);
+ATF_TEST_CASE_BODY(bad_requests)
+{
+    DataCluster dc;
+    require_status(
+        dc.client.call(proto::WriteRequest{no_handle, {{0, 1}}, chunk, 0, test::pattern(1, 1)}),
+        EINVAL, "handle 0");
+    require_status(dc.client.call(proto::ReadRequest{make_handle(0, 5), {{0, 100000}}, 1000, 0}),
+                   EINVAL, "chunk below the minimum");
+    require_status(
+        dc.client.call(proto::ReadRequest{make_handle(0, 5), {{0, 100000}}, 4U << 20U, 0}), EINVAL,
+        "chunk above the server's");
+    require_status(dc.client.call(proto::WriteRequest{
+                       make_handle(0, 5), {{0, 10}}, chunk, 0, test::pattern(9, 1)}),
+                   EINVAL, "inline data shorter than the regions");
+    require_status(dc.client.call(proto::ReadRequest{
+                       make_handle(0, 5), {{~std::uint64_t{0} - 5, 10}}, chunk, 0}),
+                   EINVAL, "region beyond 2^63");
+    require_status(dc.client.call(proto::LookupRequest{root_handle, "x"}), EOPNOTSUPP,
+                   "metadata op to a data server");
+    // Still serving.
+    require_ok(dc.client.call(proto::StatusRequest{}), "status after bad requests");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(forged_and_replayed);
+ATF_TEST_CASE_BODY(forged_and_replayed)
+{
+    DataCluster dc;
+    // Signed with another key: dropped and logged, never answered.
+    std::vector<std::byte> forged = dc.client.encode(proto::StatusRequest{});
+    forged[forged.size() - 1] ^= std::byte{1};
+    ATF_REQUIRE(!dc.client.send_raw(forged, 1500).has_value());
+
+    // A valid request is answered once; the same bytes again are a replay.
+    const std::vector<std::byte> once = dc.client.encode(proto::StatusRequest{});
+    ATF_REQUIRE(dc.client.send_raw(once, 10000).has_value());
+    ATF_REQUIRE(!dc.client.send_raw(once, 1500).has_value());
+
+    // Garbage that is not a request at all.
+    const std::vector<std::byte> junk = test::pattern(200, 9);
+    ATF_REQUIRE(!dc.client.send_raw(junk, 1000).has_value());
+
+    require_ok(dc.client.call(proto::StatusRequest{}), "status after the attacks");
+    ATF_REQUIRE_EQ(dc.server.stop(SIGTERM), 0);
+    const std::string log = dc.server.log_text();
+    require(log.find("dropped a request") != std::string::npos, log);
+    require(log.find("replayed") != std::string::npos, log);
+}
+
+ATF_INIT_TEST_CASES(tcs)
+{
+    ATF_ADD_TEST_CASE(tcs, status_and_config);
+    ATF_ADD_TEST_CASE(tcs, inline_write_and_hole);
+    ATF_ADD_TEST_CASE(tcs, bulk_list_io);
+    ATF_ADD_TEST_CASE(tcs, fsync_truncate_remove_list);
+    ATF_ADD_TEST_CASE(tcs, bad_requests);
+    ATF_ADD_TEST_CASE(tcs, forged_and_replayed);
+}

@@ -1,0 +1,361 @@
+// Helpers for tests with real pvfs-server processes (harness.hpp).
+#include "harness.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "pvfs/unique_fd.hpp"
+
+namespace pvfs::test {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string errno_string(int error)
+{
+    std::array<char, 128> buf{};
+    return ::strerror_r(error, buf.data(), buf.size());
+}
+
+} // namespace
+
+std::uint16_t free_port()
+{
+    const UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid())
+        throw std::runtime_error("socket failed");
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sin;
+    // NOLINTBEGIN(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
+    if (::bind(fd.get(), reinterpret_cast<sockaddr *>(&sin), sizeof sin) != 0 ||
+        ::getsockname(fd.get(), reinterpret_cast<sockaddr *>(&sin), &len) != 0)
+        throw std::runtime_error("bind/getsockname failed");
+    // NOLINTEND(cppcoreguidelines-pro-type-reinterpret-cast)
+    return ntohs(sin.sin_port);
+}
+
+ClusterFiles write_cluster(const fs::path &dir, const std::vector<ServerSpec> &specs,
+                           const std::string &extra_defaults)
+{
+    ClusterFiles f;
+    f.dir = fs::absolute(dir);
+    fs::create_directories(f.dir);
+    f.key_path = (f.dir / "pvfs.key").string();
+    f.config_path = (f.dir / "cluster.toml").string();
+    if (const auto st = config::generate_key_file(f.key_path, true); !st.ok())
+        throw std::runtime_error(st.error);
+    std::string text = fmt::format("[filesystem]\nname = \"testfs\"\nid = 4242\nkey_file = "
+                                   "\"{}\"\n\n[defaults]\n{}\n",
+                                   f.key_path, extra_defaults);
+    for (const ServerSpec &s : specs) {
+        std::string roles;
+        if (s.metadata)
+            roles += "\"metadata\"";
+        if (s.data)
+            roles += std::string(roles.empty() ? "" : ", ") + "\"data\"";
+        text += fmt::format("[[server]]\nname = \"{}\"\naddresses = [\"tcp://127.0.0.1:{}\"]\n"
+                            "roles = [{}]\nstorage = \"{}\"\n\n",
+                            s.name, free_port(), roles, (f.dir / s.name).string());
+    }
+    std::ofstream(f.config_path) << text;
+    config::Result r = config::load_file(f.config_path);
+    if (!r.ok())
+        throw std::runtime_error("test config: " + r.error);
+    f.cluster = std::move(r.cluster);
+    return f;
+}
+
+ServerProcess::ServerProcess(const std::string &binary, const ClusterFiles &files,
+                             const std::string &name)
+    : log_((files.dir / (name + ".log")).string())
+{
+    const std::string pid_file = (files.dir / (name + ".pid")).string();
+    fs::remove(pid_file);
+    pid_ = ::fork(); // NOLINT(cppcoreguidelines-prefer-member-initializer): after removing a stale
+                     // pid file
+    if (pid_ < 0)
+        throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+        // Dies with the test, and never holds the test's output pipes.
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        const int log_fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd >= 0) {
+            ::dup2(log_fd, STDOUT_FILENO);
+            ::dup2(log_fd, STDERR_FILENO);
+        }
+        const std::string config = files.config_path;
+        std::vector<std::string> args{binary,  "-c", config,       "--name", name,
+                                      "--log", log_, "--pid-file", pid_file};
+        std::vector<char *> argv;
+        argv.reserve(args.size() + 1);
+        for (std::string &a : args)
+            argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv(binary.c_str(), argv.data());
+        ::_exit(127);
+    }
+    // Ready once the pid file exists (written after it listens).
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (!fs::exists(pid_file)) {
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+            pid_ = -1;
+            throw std::runtime_error("pvfs-server " + name + " exited at start: " + log_text());
+        }
+        if (std::chrono::steady_clock::now() > deadline)
+            throw std::runtime_error("pvfs-server " + name + " not ready within 20 s");
+        std::this_thread::sleep_for(10ms);
+    }
+}
+
+ServerProcess::~ServerProcess()
+{
+    if (pid_ > 0)
+        stop(SIGKILL);
+}
+
+int ServerProcess::stop(int signal)
+{
+    if (pid_ <= 0)
+        return -1;
+    ::kill(pid_, signal);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, &status, 0);
+            break;
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+    pid_ = -1;
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+std::string ServerProcess::log_text() const
+{
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed)
+{
+    std::vector<std::byte> v(n);
+    std::uint32_t x = seed * 2654435761U + 1U;
+    for (std::size_t i = 0; i < n; ++i) {
+        x = x * 1664525U + 1013904223U;
+        v[i] = static_cast<std::byte>(x >> 24U);
+    }
+    return v;
+}
+
+namespace {
+
+bmi::Options client_options()
+{
+    bmi::Options o;
+    o.role = bmi::Role::client;
+    return o;
+}
+
+proto::Key load_key(const std::string &path)
+{
+    std::string error;
+    std::optional<proto::Key> key = proto::Key::load(path, error);
+    if (!key)
+        throw std::runtime_error(error);
+    return std::move(*key);
+}
+
+std::int64_t realtime_ns()
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+} // namespace
+
+RawClient::RawClient(const std::string &server_url, const std::string &key_path)
+    : bmi_(client_options()), ctx_(bmi_.open_context()), server_(bmi_.addr_lookup(server_url)),
+      key_(load_key(key_path)), session_(std::random_device{}() | 1ULL << 40U),
+      response_buffer_(std::size_t{2} << 20U)
+{
+    if (server_ == bmi::no_addr)
+        throw std::runtime_error("cannot look up " + server_url);
+}
+
+proto::Request RawClient::make_request(proto::RequestBody body)
+{
+    proto::Request r;
+    r.request_id = ++request_id_;
+    r.session = session_;
+    r.seq = ++seq_;
+    r.time_ns = realtime_ns();
+    r.cred = cred;
+    r.body = std::move(body);
+    return r;
+}
+
+std::vector<std::byte> RawClient::encode(proto::RequestBody body)
+{
+    std::vector<std::byte> out;
+    proto::encode(make_request(std::move(body)), key_, out);
+    return out;
+}
+
+Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const std::byte> send_data,
+                     std::span<std::byte> receive_data, std::uint32_t chunk)
+{
+    Call result;
+    const proto::Request req = make_request(std::move(body));
+    std::vector<std::byte> bytes;
+    proto::encode(req, key_, bytes);
+    const bmi::Tag tag = next_tag_++;
+    const bmi::Tag dtag = tag | (bmi::Tag{1} << 30U);
+    std::vector<bmi::OpId> pending;
+    bmi::OpId response_op = bmi::no_op;
+    std::size_t response_size = 0;
+    bool response_done = false;
+
+    const bmi::Post rp = bmi_.post_recv(server_, response_buffer_.data(), response_buffer_.size(),
+                                        tag, nullptr, ctx_);
+    if (!rp.ok()) {
+        result.error = "post_recv: " + errno_string(-rp.error);
+        return result;
+    }
+    if (rp.completed) {
+        response_done = true;
+        response_size = rp.actual_size;
+    } else {
+        response_op = rp.op;
+    }
+    const bmi::Post sp =
+        bmi_.post_sendunexpected(server_, bytes.data(), bytes.size(), tag, nullptr, ctx_);
+    if (!sp.ok()) {
+        result.error = "post_sendunexpected: " + errno_string(-sp.error);
+        if (response_op != bmi::no_op)
+            bmi_.cancel(response_op);
+        return result;
+    }
+    if (!sp.completed)
+        pending.push_back(sp.op);
+    // Bulk data: chunk i of the stream on the data tag, in order.
+    const std::size_t total = std::max(send_data.size(), receive_data.size());
+    for (std::size_t off = 0; chunk > 0 && off < total; off += chunk) {
+        const std::size_t n = std::min<std::size_t>(chunk, total - off);
+        const bmi::Post p =
+            !send_data.empty()
+                ? bmi_.post_send(server_, send_data.data() + off, n, dtag, nullptr, ctx_)
+                : bmi_.post_recv(server_, receive_data.data() + off, n, dtag, nullptr, ctx_);
+        if (!p.ok()) {
+            result.error = "bulk post: " + errno_string(-p.error);
+            break;
+        }
+        if (!p.completed)
+            pending.push_back(p.op);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::vector<bmi::Completion> done;
+    while (!response_done && std::chrono::steady_clock::now() < deadline) {
+        bmi::Completion c;
+        if (bmi_.test(response_op, c, 10)) {
+            response_done = true;
+            response_op = bmi::no_op;
+            if (c.error != 0) {
+                result.error = "response: " + errno_string(-c.error);
+                break;
+            }
+            response_size = c.actual_size;
+        }
+    }
+    // The bulk operations end with the response (or are cancelled).
+    for (const bmi::OpId op : pending) {
+        bmi::Completion c;
+        if (!bmi_.test(op, c, response_done && result.error.empty() ? 5000 : 0)) {
+            bmi_.cancel(op);
+            static_cast<void>(bmi_.test(op, c, 5000));
+        }
+    }
+    if (response_op != bmi::no_op) {
+        bmi_.cancel(response_op);
+        bmi::Completion c;
+        static_cast<void>(bmi_.test(response_op, c, 5000));
+    }
+    if (!response_done || !result.error.empty())
+        return result;
+    const proto::DecodeResult d =
+        proto::decode(std::span(response_buffer_.data(), response_size), key_, result.response);
+    if (!d) {
+        result.error = "decode: " + d.message();
+        return result;
+    }
+    if (!proto::answers(result.response, req)) {
+        result.error = "the response does not answer the request";
+        return result;
+    }
+    result.answered = true;
+    return result;
+}
+
+std::optional<std::vector<std::byte>> RawClient::send_raw(std::span<const std::byte> bytes,
+                                                          int timeout_ms)
+{
+    const bmi::Tag tag = next_tag_++;
+    const bmi::Post rp = bmi_.post_recv(server_, response_buffer_.data(), response_buffer_.size(),
+                                        tag, nullptr, ctx_);
+    if (!rp.ok())
+        return std::nullopt;
+    const bmi::Post sp =
+        bmi_.post_sendunexpected(server_, bytes.data(), bytes.size(), tag, nullptr, ctx_);
+    if (!sp.ok())
+        throw std::runtime_error("post_sendunexpected failed");
+    if (!sp.completed) {
+        bmi::Completion c;
+        static_cast<void>(bmi_.test(sp.op, c, 5000));
+    }
+    std::size_t size = rp.actual_size;
+    bool got = rp.completed;
+    if (!got) {
+        bmi::Completion c;
+        if (bmi_.test(rp.op, c, timeout_ms) && c.error == 0) {
+            got = true;
+            size = c.actual_size;
+        } else {
+            bmi_.cancel(rp.op);
+            static_cast<void>(bmi_.test(rp.op, c, 5000));
+        }
+    }
+    if (!got)
+        return std::nullopt;
+    return std::vector<std::byte>(response_buffer_.begin(),
+                                  response_buffer_.begin() + static_cast<std::ptrdiff_t>(size));
+}
+
+} // namespace pvfs::test

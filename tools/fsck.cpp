@@ -1,0 +1,181 @@
+// pvfs-fsck: checks that metadata and data agree, and with --repair fixes
+// what it finds:
+//   - data objects whose file no longer exists (a client died between
+//     removing the name and removing the objects): removed;
+//   - directory entries whose object is gone: reported, and removed with
+//     --repair.
+// Runs as root (listing every handle is root's).  Exit status 0 when the
+// file system is clean (or was repaired), 1 when problems remain.
+#include <iostream>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+
+using namespace pvfs;
+
+namespace {
+
+struct Findings {
+    std::vector<std::pair<std::string, Handle>> orphan_objects; // data server, handle
+    std::vector<std::string> dangling_entries;                  // paths
+    std::size_t objects = 0;
+    std::size_t handles = 0;
+    std::size_t entries = 0;
+    int errors = 0;
+};
+
+// NOLINTNEXTLINE(misc-no-recursion): one level per directory, at most 4096
+void walk(client::Client &c, Handle dir, const std::string &path, Findings &f, bool repair,
+          int depth)
+{
+    if (depth > 4096) {
+        fmt::print(stderr, "pvfs-fsck: {}: deeper than 4096 levels, not followed\n", path);
+        ++f.errors;
+        return;
+    }
+    std::uint64_t cookie = 0;
+    bool eof = false;
+    std::vector<std::string> dangling;
+    while (!eof) {
+        std::vector<proto::DirEntry> page;
+        if (const int rc = c.readdir(dir, cookie, 0, page, eof); rc != 0) {
+            tools::report("pvfs-fsck", "readdir " + path, rc);
+            ++f.errors;
+            return;
+        }
+        for (const proto::DirEntry &e : page) {
+            cookie = e.cookie;
+            ++f.entries;
+            const std::string child = path == "/" ? "/" + e.name : path + "/" + e.name;
+            Attr a;
+            const int rc = c.getattr(e.handle, a);
+            if (rc == -ENOENT || rc == -ESTALE) {
+                f.dangling_entries.push_back(child);
+                dangling.push_back(e.name);
+                continue;
+            }
+            if (rc != 0) {
+                tools::report("pvfs-fsck", "getattr " + child, rc);
+                ++f.errors;
+                continue;
+            }
+            if (a.type == ObjectType::directory)
+                walk(c, a.handle, child, f, repair, depth + 1);
+        }
+    }
+    for (const std::string &name : dangling) {
+        if (!repair)
+            continue;
+        if (const int rc = c.unlink(dir, name); rc != 0) {
+            tools::report("pvfs-fsck", "removing the dangling entry " + path + "/" + name, rc);
+            ++f.errors;
+        }
+    }
+}
+
+} // namespace
+
+static int run(int argc, char **argv)
+{
+    CLI::App app{"pvfs-fsck: find (and with --repair remove) data objects without a file and "
+                 "directory entries without an object"};
+    tools::Target target;
+    bool repair = false;
+    bool json = false;
+    tools::add_target_options(app, target);
+    app.add_flag("--repair", repair, "remove what is found");
+    app.add_flag("--json", json, "print the findings as JSON");
+    CLI11_PARSE(app, argc, argv);
+
+    const auto c = tools::connect_or_exit("pvfs-fsck", target);
+    const config::Cluster &cluster = c->cluster();
+    Findings f;
+    // Objects first, then handles: an object created after its file (always
+    // the case) is never taken for an orphan by a listing race.
+    std::vector<std::pair<std::uint32_t, Handle>> objects;
+    const auto data = cluster.data_servers();
+    for (std::uint32_t d = 0; d < data.size(); ++d) {
+        std::uint64_t cookie = 0;
+        for (bool eof = false; !eof;) {
+            proto::ListObjectsResponse page;
+            if (const int rc = c->list_objects(d, cookie, 4096, page); rc != 0) {
+                tools::report("pvfs-fsck",
+                              "listing the objects of " + cluster.servers[data[d]].name, rc);
+                return tools::exit_failure;
+            }
+            for (const Handle h : page.handles)
+                objects.emplace_back(d, h);
+            cookie = page.next_cookie;
+            eof = page.eof;
+        }
+    }
+    std::unordered_set<Handle> handles;
+    const auto metas = cluster.metadata_servers();
+    for (std::uint32_t m = 0; m < metas.size(); ++m) {
+        std::uint64_t cookie = 0;
+        for (bool eof = false; !eof;) {
+            proto::ListHandlesResponse page;
+            if (const int rc = c->list_handles(m, cookie, 4096, page); rc != 0) {
+                tools::report("pvfs-fsck",
+                              "listing the handles of " + cluster.servers[metas[m]].name, rc);
+                return tools::exit_failure;
+            }
+            handles.insert(page.handles.begin(), page.handles.end());
+            cookie = page.next_cookie;
+            eof = page.eof;
+        }
+    }
+    f.objects = objects.size();
+    f.handles = handles.size();
+    for (const auto &[d, h] : objects) {
+        if (handles.count(h) != 0)
+            continue;
+        const std::string &server = cluster.servers[data[d]].name;
+        f.orphan_objects.emplace_back(server, h);
+        if (repair) {
+            if (const int rc = c->remove_object(d, h); rc != 0) {
+                tools::report("pvfs-fsck", fmt::format("removing object {:016x} on {}", h, server),
+                              rc);
+                ++f.errors;
+            }
+        }
+    }
+    walk(*c, root_handle, "/", f, repair, 0);
+
+    const bool problems = !f.orphan_objects.empty() || !f.dangling_entries.empty();
+    if (json) {
+        nlohmann::json orphans = nlohmann::json::array();
+        for (const auto &[server, h] : f.orphan_objects)
+            orphans.push_back({{"server", server}, {"handle", fmt::format("{:016x}", h)}});
+        std::cout << nlohmann::json{{"objects", f.objects},
+                                    {"handles", f.handles},
+                                    {"entries", f.entries},
+                                    {"orphan_objects", orphans},
+                                    {"dangling_entries", f.dangling_entries},
+                                    {"repaired", repair && f.errors == 0 && problems},
+                                    {"errors", f.errors}}
+                         .dump(2)
+                  << "\n";
+    } else {
+        for (const auto &[server, h] : f.orphan_objects)
+            fmt::print("orphan data object {:016x} on {}{}\n", h, server,
+                       repair ? ": removed" : "");
+        for (const std::string &p : f.dangling_entries)
+            fmt::print("entry without an object: {}{}\n", p, repair ? ": removed" : "");
+        fmt::print("{} data objects, {} handles, {} directory entries checked: {}\n", f.objects,
+                   f.handles, f.entries,
+                   !problems ? "clean"
+                   : repair  ? (f.errors == 0 ? "repaired" : "repair incomplete")
+                             : "problems found (run with --repair to fix)");
+    }
+    if (f.errors != 0)
+        return tools::exit_failure;
+    return problems && !repair ? tools::exit_failure : 0;
+}
+
+int main(int argc, char **argv)
+{
+    return pvfs::tools::guarded("pvfs-fsck", [&] { return run(argc, argv); });
+}

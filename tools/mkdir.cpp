@@ -1,0 +1,74 @@
+// pvfs-mkdir: makes directories in a pvfs file system.
+#include <fmt/format.h>
+
+#include "common.hpp"
+
+using namespace pvfs;
+
+namespace {
+
+// NOLINTNEXTLINE(misc-no-recursion): one level per missing parent, bounded by the path
+int make(client::Client &c, const std::string &path, std::uint32_t mode, bool parents)
+{
+    Attr parent;
+    std::string name;
+    int rc = tools::resolve_parent(c, path, parent, name);
+    if (rc == -ENOENT && parents) {
+        const std::string p = tools::pvfs_path(path);
+        const std::string up = p.substr(0, p.find_last_not_of('/') + 1);
+        rc = make(c, up.substr(0, up.rfind('/')), mode | 0300U, true);
+        if (rc == 0)
+            rc = tools::resolve_parent(c, path, parent, name);
+    }
+    if (rc != 0)
+        return rc;
+    Attr made;
+    rc = c.mkdir(parent.handle, name, mode, made);
+    if (rc == -EEXIST && parents) {
+        Attr existing;
+        if (c.lookup(parent.handle, name, existing) == 0 && existing.type == ObjectType::directory)
+            return 0;
+    }
+    return rc;
+}
+
+} // namespace
+
+static int run(int argc, char **argv)
+{
+    CLI::App app{"pvfs-mkdir: make directories in a pvfs file system"};
+    tools::Target target;
+    bool parents = false;
+    std::string mode_text = "755";
+    std::vector<std::string> paths;
+    tools::add_target_options(app, target);
+    app.add_flag("-p,--parents", parents,
+                 "make parent directories as needed; no error if existing");
+    app.add_option("-m,--mode", mode_text, "permission bits, octal (default 755)");
+    app.add_option("paths", paths, "directories to make")->required();
+    CLI11_PARSE(app, argc, argv);
+    std::uint32_t mode = 0;
+    try {
+        std::size_t used = 0;
+        mode = static_cast<std::uint32_t>(std::stoul(mode_text, &used, 8));
+        if (used != mode_text.size() || mode > 07777)
+            throw std::invalid_argument("mode");
+    } catch (const std::exception &) {
+        fmt::print(stderr, "pvfs-mkdir: bad mode '{}' (octal, e.g. 755)\n", mode_text);
+        return tools::exit_usage;
+    }
+    const auto client = tools::connect_or_exit("pvfs-mkdir", target);
+    int status = 0;
+    for (const std::string &p : paths) {
+        if (const int rc = make(*client, p, mode, parents); rc != 0) {
+            tools::report("pvfs-mkdir", tools::pvfs_path(p), rc);
+            status = tools::exit_failure;
+        }
+    }
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    return pvfs::tools::guarded("pvfs-mkdir", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,71 @@
+// pvfs-ping: asks every server of the file system whether it answers, what
+// it runs and whether it serves the same config as the one this client got.
+// Exit status 0 only when every server answers with the same config.
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+#include "pvfs/config.hpp"
+
+using namespace pvfs;
+
+static int run(int argc, char **argv)
+{
+    CLI::App app{"pvfs-ping: check that every server of a pvfs file system answers, runs the "
+                 "same config, and how fast"};
+    tools::Target target;
+    bool json = false;
+    tools::add_target_options(app, target);
+    app.add_flag("--json", json, "print the result as JSON");
+    CLI11_PARSE(app, argc, argv);
+
+    const auto client = tools::connect_or_exit("pvfs-ping", target);
+    const auto hash = config::hash(client->cluster());
+    const std::vector<client::ServerStatus> all = client->status_all();
+    bool ok = true;
+    nlohmann::json out = nlohmann::json::array();
+    for (const client::ServerStatus &s : all) {
+        const bool same = s.error == 0 && s.status.config_hash == hash;
+        ok = ok && same;
+        std::string roles;
+        if ((s.status.roles & proto::role_metadata) != 0)
+            roles += "metadata";
+        if ((s.status.roles & proto::role_data) != 0)
+            roles += roles.empty() ? "data" : ",data";
+        const double ms = static_cast<double>(s.round_trip.count()) / 1e6;
+        if (json) {
+            nlohmann::json j{{"name", s.name}, {"address", s.address}, {"ok", same}};
+            if (s.error != 0) {
+                j["error"] = client::error_text(s.error);
+            } else {
+                j["version"] = s.status.version;
+                j["roles"] = roles;
+                j["round_trip_ms"] = ms;
+                j["config_identical"] = same;
+                j["uptime_s"] = static_cast<double>(s.status.uptime_ns) / 1e9;
+            }
+            out.push_back(j);
+            continue;
+        }
+        if (s.error != 0) {
+            fmt::print("{:<16} {:<28} FAILED: {}\n", s.name, s.address,
+                       client::error_text(s.error));
+        } else {
+            fmt::print("{:<16} {:<28} ok  {:>8.3f} ms  version {}  {}  config {}\n", s.name,
+                       s.address, ms, s.status.version, roles, same ? "identical" : "DIFFERS");
+        }
+    }
+    if (json)
+        std::cout << out.dump(2) << "\n";
+    else
+        fmt::print("{}\n", ok ? "all servers answered with the same config"
+                              : "some servers failed or differ");
+    return ok ? 0 : tools::exit_failure;
+}
+
+int main(int argc, char **argv)
+{
+    return pvfs::tools::guarded("pvfs-ping", [&] { return run(argc, argv); });
+}
