@@ -63,10 +63,10 @@ struct DataService::Flow {
         bmi::OpId op = bmi::no_op;
         Stage stage = Stage::idle;
 
-        void on_bmi(const bmi::Completion &done) override
+        void on_bmi(const bmi::Completion &completion) override
         {
             op = bmi::no_op;
-            flow->network_done(*this, done.error, done.actual_size);
+            flow->network_done(*this, completion.error, completion.actual_size);
         }
     };
 
