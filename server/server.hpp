@@ -35,7 +35,7 @@ public:
     // and starts listening.  nullptr and `error` set when it cannot.
     [[nodiscard]] static std::unique_ptr<Server> create(const ServerOptions &options,
                                                         std::string &error);
-    ~Server();
+    ~Server() override;
     Server(const Server &) = delete;
     Server &operator=(const Server &) = delete;
     Server(Server &&) = delete;

@@ -69,7 +69,8 @@ void walk(client::Client &c, Handle dir, const std::string &path, Findings &f, b
         if (!repair)
             continue;
         if (const int rc = c.unlink(dir, name); rc != 0) {
-            tools::report("pvfs-fsck", "removing the dangling entry " + path + "/" + name, rc);
+            tools::report("pvfs-fsck", fmt::format("removing the dangling entry {}/{}", path, name),
+                          rc);
             ++f.errors;
         }
     }
@@ -130,7 +131,7 @@ static int run(int argc, char **argv)
     f.objects = objects.size();
     f.handles = handles.size();
     for (const auto &[d, h] : objects) {
-        if (handles.count(h) != 0)
+        if (handles.contains(h))
             continue;
         const std::string &server = cluster.servers[data[d]].name;
         f.orphan_objects.emplace_back(server, h);

@@ -289,6 +289,7 @@ ATF_TEST_CASE_BODY(namespace_operations)
     // Eight clients at once: the metadata server commits their creates in
     // groups (one sync for many).
     std::vector<std::thread> creators;
+    creators.reserve(8);
     std::vector<int> failures(8, 0);
     for (int t = 0; t < 8; ++t) {
         creators.emplace_back([&, t] {
