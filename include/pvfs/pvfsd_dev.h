@@ -4,11 +4,23 @@
  * character device /dev/pvfsd.  Plain C, shared by the kernel module and
  * user space.  Both ends run on the same host, so fields are fixed-width
  * integers in the host's byte order; structures have no implicit padding
- * (a unit test checks every size and offset).
+ * (tests/unit/abi_test.cpp pins every size and offset).
  *
  * Versioning: PVFSD_DEV_VERSION changes whenever the meaning or layout of
  * anything in this file changes.  Each side refuses a peer of another
  * version with a clear error instead of guessing.
+ *
+ * Traffic: the daemon read()s one upcall per call (kernel -> daemon) and
+ * write()s one downcall per call (daemon -> kernel), each a struct
+ * pvfsd_msg_hdr followed by the op's body.  A downcall answers the upcall
+ * with the same tag and op.  File data never travels in messages: it moves
+ * through the slots, a shared buffer the daemon maps with mmap() of the
+ * device (docs/plan/kernel-client.md).
+ *
+ * Variable-length parts (names, symlink targets, xattr values, directory
+ * entries) follow the fixed body as a "tail"; the fixed body says their
+ * lengths, and the header's length must equal header + body + tail exactly.
+ * Names are not NUL-terminated.
  */
 #ifndef PVFS_PVFSD_DEV_H
 #define PVFS_PVFSD_DEV_H
@@ -20,10 +32,12 @@
 #include <linux/types.h>
 #else
 #include <stdint.h>
+typedef uint8_t __u8;
 typedef uint16_t __u16;
 typedef uint32_t __u32;
 typedef uint64_t __u64;
 typedef int32_t __s32;
+typedef int64_t __s64;
 #endif
 
 /* Name of the misc device, i.e. /dev/pvfsd.  Mode 0600, one opener. */
@@ -33,13 +47,21 @@ typedef int32_t __s32;
 #define PVFSD_DEV_MAGIC 0x53465650u
 
 /* Protocol version of this header. */
-#define PVFSD_DEV_VERSION 1u
+#define PVFSD_DEV_VERSION 2u
 
 /*
- * Upper bound on one message (header + body).  Bulk file data never travels
- * in messages; it moves through buffers that pvfsd maps from the device.
+ * Upper bound on one message (header + body + tail): room for the largest
+ * xattr value (64 KiB) with its name and headers.
  */
-#define PVFSD_DEV_MAX_MSG 65536u
+#define PVFSD_DEV_MAX_MSG 131072u
+
+/* Limits both sides check (the same as the servers', include/pvfs/types.hpp). */
+#define PVFSD_MAX_NAME 255u	     /* bytes in one name */
+#define PVFSD_MAX_SYMLINK 4095u	     /* bytes in a symlink target */
+#define PVFSD_MAX_GROUPS 32u	     /* supplementary groups carried */
+#define PVFSD_MAX_XATTR_NAME 255u    /* bytes */
+#define PVFSD_MAX_XATTR_VALUE 65536u /* bytes */
+#define PVFSD_MAX_SOURCE 1024u	     /* bytes in a mount source or option string */
 
 /*
  * Fixed header in front of every message in either direction.
@@ -49,12 +71,333 @@ typedef int32_t __s32;
 struct pvfsd_msg_hdr {
 	__u32 magic;   /* PVFSD_DEV_MAGIC; anything else is rejected */
 	__u16 version; /* PVFSD_DEV_VERSION of the sender */
-	__u16 op;      /* operation code; a downcall repeats its upcall's op */
-	__u64 tag;     /* chosen by the kernel, unique among pending upcalls;
-			* the downcall carries the same tag */
+	__u16 op;      /* enum pvfsd_op; a downcall repeats its upcall's op */
+	__u64 tag;     /* chosen by the kernel, unique among pending upcalls
+			* and never reused within a boot; the downcall
+			* carries the same tag */
 	__u32 length;  /* bytes of the whole message, header included,
 			* at most PVFSD_DEV_MAX_MSG */
-	__s32 status;  /* downcall: 0 or a negative errno; upcall: 0 */
+	__s32 status;  /* downcall: 0 or a negative errno (-4095..-1);
+			* upcall: 0 */
+};
+
+enum pvfsd_op {
+	/*
+	 * Daemon -> kernel, the first write after open(): the daemon's
+	 * version and the slots it wants.  The downcall-direction message
+	 * has tag 0; the kernel answers by the next read() with a HELLO
+	 * upcall (tag 0) carrying the slots it granted.
+	 */
+	PVFSD_OP_HELLO = 1,
+	PVFSD_OP_ATTACH = 2, /* connect a mount to its file system */
+	PVFSD_OP_DETACH = 3, /* the mount is gone; no downcall body */
+	PVFSD_OP_LOOKUP = 4,
+	PVFSD_OP_GETATTR = 5,
+	PVFSD_OP_SETATTR = 6,
+	PVFSD_OP_CREATE = 7,
+	PVFSD_OP_MKDIR = 8,
+	PVFSD_OP_MKNOD = 9,
+	PVFSD_OP_SYMLINK = 10,
+	PVFSD_OP_LINK = 11,
+	PVFSD_OP_UNLINK = 12,
+	PVFSD_OP_RMDIR = 13,
+	PVFSD_OP_RENAME = 14,
+	PVFSD_OP_READLINK = 15,
+	PVFSD_OP_READDIR = 16,
+	PVFSD_OP_READ = 17,
+	PVFSD_OP_WRITE = 18,
+	PVFSD_OP_FSYNC = 19,
+	PVFSD_OP_STATFS = 20,
+	PVFSD_OP_XATTR_GET = 21,
+	PVFSD_OP_XATTR_SET = 22,
+	PVFSD_OP_XATTR_LIST = 23,
+	PVFSD_OP_XATTR_REMOVE = 24,
+	/*
+	 * Kernel -> daemon: give up the op whose tag is in the body (its
+	 * caller was killed or interrupted).  The daemon answers the
+	 * cancelled op (with -ECANCELED if it stopped it in time, else its
+	 * real result); a CANCEL itself gets no downcall.
+	 */
+	PVFSD_OP_CANCEL = 25,
+	PVFSD_OP_COUNT = 26 /* one past the last op */
+};
+
+/* pvfsd_req_common.flags */
+#define PVFSD_REQ_REPLAYED 0x1u /* sent to an earlier daemon, which died */
+
+/* Who asks, and for which mount: first in every upcall body but HELLO. */
+struct pvfsd_req_common {
+	__u64 mount_id; /* the kernel's id of the mount (from its ATTACH) */
+	__u32 fsuid;
+	__u32 fsgid;
+	__u32 ngroups;			/* valid entries of groups, <= PVFSD_MAX_GROUPS */
+	__u32 flags;			/* PVFSD_REQ_* */
+	__u32 groups[PVFSD_MAX_GROUPS]; /* the caller's first supplementary groups */
+};
+
+/* ---- values inside bodies ---- */
+
+struct pvfsd_time {
+	__s64 sec;
+	__u32 nsec; /* < 1000000000 */
+	__u32 pad;  /* 0 */
+};
+
+/* Object types, as the servers number them (pvfs::ObjectType). */
+enum pvfsd_type {
+	PVFSD_TYPE_REGULAR = 1,
+	PVFSD_TYPE_DIRECTORY = 2,
+	PVFSD_TYPE_SYMLINK = 3,
+	PVFSD_TYPE_FIFO = 4,
+	PVFSD_TYPE_SOCKET = 5,
+	PVFSD_TYPE_CHAR_DEVICE = 6,
+	PVFSD_TYPE_BLOCK_DEVICE = 7
+};
+
+struct pvfsd_attr {
+	__u64 handle; /* never 0 */
+	__u32 type;   /* enum pvfsd_type */
+	__u32 mode;   /* permission bits, setuid/setgid/sticky (07777) */
+	__u32 uid;
+	__u32 gid;
+	__u32 nlink;
+	__u32 blksize; /* the file's stripe size: st_blksize */
+	__u64 size;    /* bytes; directories: entry count */
+	__u64 rdev;    /* devices: new_encode_dev() form */
+	struct pvfsd_time atime;
+	struct pvfsd_time mtime;
+	struct pvfsd_time ctime;
+};
+
+/* ---- HELLO ---- */
+
+struct pvfsd_hello {
+	__u32 slot_size;    /* bytes per slot, a power of two, 64 KiB .. 16 MiB */
+	__u32 slot_count;   /* 1 .. 1024 */
+	__u32 max_inflight; /* upcalls the daemon can hold at once (>= 64) */
+	__u32 pad;	    /* 0 */
+};
+/*
+ * The kernel's HELLO upcall has the same body with the granted geometry;
+ * the daemon then mmap()s slot_size * slot_count bytes at offset 0.
+ */
+
+/* ---- ATTACH / DETACH ---- */
+
+struct pvfsd_attach_req {
+	struct pvfsd_req_common common;
+	__u32 source_len;  /* tail: source ("tcp://host:port/fs"), then */
+	__u32 options_len; /* tail: the daemon-relevant mount options */
+};
+
+struct pvfsd_attach_resp {
+	struct pvfsd_attr root;
+	__u64 fs_id;	/* the file system's id (statfs f_fsid) */
+	__u32 max_name; /* <= PVFSD_MAX_NAME */
+	__u32 pad;	/* 0 */
+};
+
+/* DETACH: request is pvfsd_req_common alone; the downcall has no body. */
+
+/* ---- requests naming one object ---- */
+
+/* GETATTR, READLINK, XATTR_LIST, STATFS (handle ignored) */
+struct pvfsd_handle_req {
+	struct pvfsd_req_common common;
+	__u64 handle;
+};
+
+/* GETATTR's downcall, and every op answering with one object's attributes */
+struct pvfsd_attr_resp {
+	struct pvfsd_attr attr;
+};
+
+/* LOOKUP, UNLINK, RMDIR: a name in a directory (tail: the name) */
+struct pvfsd_name_req {
+	struct pvfsd_req_common common;
+	__u64 parent;
+	__u32 name_len; /* 1 .. PVFSD_MAX_NAME */
+	__u32 pad;	/* 0 */
+};
+
+/* ---- SETATTR ---- */
+
+#define PVFSD_SET_MODE 0x01u
+#define PVFSD_SET_UID 0x02u
+#define PVFSD_SET_GID 0x04u
+#define PVFSD_SET_ATIME 0x08u	  /* to atime */
+#define PVFSD_SET_MTIME 0x10u	  /* to mtime */
+#define PVFSD_SET_ATIME_NOW 0x20u /* to the server's clock */
+#define PVFSD_SET_MTIME_NOW 0x40u
+#define PVFSD_SET_SIZE 0x80u /* truncate to size */
+#define PVFSD_SET_ALL 0xffu
+
+struct pvfsd_setattr_req {
+	struct pvfsd_req_common common;
+	__u64 handle;
+	__u32 mask; /* PVFSD_SET_* */
+	__u32 mode;
+	__u32 uid;
+	__u32 gid;
+	__u64 size;
+	struct pvfsd_time atime;
+	struct pvfsd_time mtime;
+};
+
+/* ---- creating names (tail: the name, then for SYMLINK the target) ---- */
+
+struct pvfsd_create_req {
+	struct pvfsd_req_common common;
+	__u64 parent;
+	__u32 name_len;
+	__u32 mode;	 /* permission bits after the umask */
+	__u32 exclusive; /* 1: O_EXCL, EEXIST if the name exists */
+	__u32 pad;	 /* 0 */
+};
+
+struct pvfsd_create_resp {
+	struct pvfsd_attr attr;
+	__u32 created; /* 1: this request made the file */
+	__u32 pad;     /* 0 */
+};
+
+/* MKDIR (type = DIRECTORY) and MKNOD (FIFO, SOCKET, devices) */
+struct pvfsd_mknod_req {
+	struct pvfsd_req_common common;
+	__u64 parent;
+	__u64 rdev;
+	__u32 name_len;
+	__u32 mode;
+	__u32 type; /* enum pvfsd_type */
+	__u32 pad;  /* 0 */
+};
+
+struct pvfsd_symlink_req {
+	struct pvfsd_req_common common;
+	__u64 parent;
+	__u32 name_len;
+	__u32 target_len; /* 1 .. PVFSD_MAX_SYMLINK */
+};
+
+struct pvfsd_link_req {
+	struct pvfsd_req_common common;
+	__u64 target; /* the existing object */
+	__u64 new_parent;
+	__u32 name_len;
+	__u32 pad; /* 0 */
+};
+
+/* ---- RENAME (tail: old name, then new name) ---- */
+
+#define PVFSD_RENAME_NOREPLACE 0x1u
+
+struct pvfsd_rename_req {
+	struct pvfsd_req_common common;
+	__u64 old_parent;
+	__u64 new_parent;
+	__u32 old_name_len;
+	__u32 new_name_len;
+	__u32 flags; /* PVFSD_RENAME_* (exchange is refused by the kernel) */
+	__u32 pad;   /* 0 */
+};
+
+/* READLINK's downcall: the target as the tail */
+struct pvfsd_readlink_resp {
+	__u32 target_len;
+	__u32 pad; /* 0 */
+};
+
+/* ---- READDIR ---- */
+
+struct pvfsd_readdir_req {
+	struct pvfsd_req_common common;
+	__u64 handle;
+	__u64 cookie;	 /* 0: from the start; else an entry's cookie */
+	__u32 max_bytes; /* room for entries in the downcall's tail */
+	__u32 pad;	 /* 0 */
+};
+
+struct pvfsd_readdir_resp {
+	__u32 count; /* entries in the tail */
+	__u32 eof;   /* 1: no entries after the last one */
+};
+
+/*
+ * One entry of READDIR's tail, followed by name_len bytes of name and
+ * zero padding to a multiple of 8 bytes.
+ */
+struct pvfsd_dirent {
+	__u64 handle;
+	__u64 cookie;	/* pass back to continue after this entry; never 0 */
+	__u32 type;	/* enum pvfsd_type */
+	__u32 name_len; /* 1 .. PVFSD_MAX_NAME */
+};
+
+/* ---- READ / WRITE through a slot ---- */
+
+struct pvfsd_io_req {
+	struct pvfsd_req_common common;
+	__u64 handle;
+	__u64 offset; /* in the file */
+	__u32 length; /* bytes, <= the slot size */
+	__u32 slot;   /* index of the slot holding (WRITE) or receiving (READ) data */
+};
+
+struct pvfsd_io_resp {
+	__u32 done; /* bytes read (short at end of file) or written; <= length */
+	__u32 pad;  /* 0 */
+};
+
+/* ---- FSYNC ---- */
+
+struct pvfsd_fsync_req {
+	struct pvfsd_req_common common;
+	__u64 handle;
+	__u32 datasync; /* 1: fdatasync */
+	__u32 pad;	/* 0 */
+};
+
+/* ---- STATFS's downcall ---- */
+
+struct pvfsd_statfs_resp {
+	__u64 blocks; /* in units of bsize */
+	__u64 bfree;
+	__u64 bavail;
+	__u64 files;
+	__u64 ffree;
+	__u32 bsize;
+	__u32 namelen;
+};
+
+/* ---- extended attributes (tail: name, then value for SET) ---- */
+
+#define PVFSD_XATTR_CREATE 0x1u	 /* XATTR_CREATE */
+#define PVFSD_XATTR_REPLACE 0x2u /* XATTR_REPLACE */
+
+struct pvfsd_xattr_req {
+	struct pvfsd_req_common common;
+	__u64 handle;
+	__u32 name_len;	 /* 1 .. PVFSD_MAX_XATTR_NAME; 0 for LIST */
+	__u32 value_len; /* SET: bytes of value; GET/LIST: room the caller has
+			  * (0: only ask the size) */
+	__u32 flags;	 /* SET: PVFSD_XATTR_* */
+	__u32 pad;	 /* 0 */
+};
+
+/*
+ * GET and LIST downcalls: size is the value's (or the NUL-separated name
+ * list's) full length; the tail holds it when it fits the room asked for,
+ * else the status is -ERANGE (and no tail) unless the room was 0.
+ */
+struct pvfsd_xattr_resp {
+	__u32 size;
+	__u32 pad; /* 0 */
+};
+
+/* ---- CANCEL ---- */
+
+struct pvfsd_cancel_req {
+	__u64 target_tag; /* the op to give up */
 };
 
 /* NOLINTEND */

@@ -8,7 +8,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "pvfs/proto.hpp"
 #include "pvfs/pvfsd_dev.h"
+#include "pvfs/types.hpp"
 
 ATF_TEST_CASE_WITHOUT_HEAD(header_layout);
 ATF_TEST_CASE_BODY(header_layout)
@@ -38,9 +40,106 @@ ATF_TEST_CASE_BODY(magic_spells_pvfs)
 ATF_TEST_CASE_WITHOUT_HEAD(limits);
 ATF_TEST_CASE_BODY(limits)
 {
-    ATF_REQUIRE(PVFSD_DEV_VERSION >= 1U);
-    ATF_REQUIRE(PVFSD_DEV_MAX_MSG >= sizeof(pvfsd_msg_hdr));
+    ATF_REQUIRE_EQ(PVFSD_DEV_VERSION, 2U);
     ATF_REQUIRE_EQ(std::string(PVFSD_DEV_NAME), "pvfsd");
+    // The largest message: an xattr SET with the longest name and value.
+    ATF_REQUIRE(PVFSD_DEV_MAX_MSG >= sizeof(pvfsd_msg_hdr) + sizeof(pvfsd_xattr_req) +
+                                         PVFSD_MAX_XATTR_NAME + PVFSD_MAX_XATTR_VALUE);
+    // The same limits as the servers'.
+    ATF_REQUIRE_EQ(PVFSD_MAX_NAME, pvfs::max_name);
+    ATF_REQUIRE_EQ(PVFSD_MAX_SYMLINK, pvfs::max_path);
+    ATF_REQUIRE_EQ(PVFSD_MAX_GROUPS, pvfs::max_groups);
+    ATF_REQUIRE_EQ(PVFSD_MAX_XATTR_NAME, pvfs::max_xattr_name);
+    ATF_REQUIRE_EQ(PVFSD_MAX_XATTR_VALUE, pvfs::max_xattr_value);
+}
+
+// Object types and setattr bits mean what the protocol's mean, so pvfsd
+// passes them through unchanged.
+ATF_TEST_CASE_WITHOUT_HEAD(numbering_matches_the_protocol);
+ATF_TEST_CASE_BODY(numbering_matches_the_protocol)
+{
+    ATF_REQUIRE_EQ(PVFSD_TYPE_REGULAR, static_cast<int>(pvfs::ObjectType::regular));
+    ATF_REQUIRE_EQ(PVFSD_TYPE_DIRECTORY, static_cast<int>(pvfs::ObjectType::directory));
+    ATF_REQUIRE_EQ(PVFSD_TYPE_SYMLINK, static_cast<int>(pvfs::ObjectType::symlink));
+    ATF_REQUIRE_EQ(PVFSD_TYPE_FIFO, static_cast<int>(pvfs::ObjectType::fifo));
+    ATF_REQUIRE_EQ(PVFSD_TYPE_SOCKET, static_cast<int>(pvfs::ObjectType::socket));
+    ATF_REQUIRE_EQ(PVFSD_TYPE_CHAR_DEVICE, static_cast<int>(pvfs::ObjectType::char_device));
+    ATF_REQUIRE_EQ(PVFSD_TYPE_BLOCK_DEVICE, static_cast<int>(pvfs::ObjectType::block_device));
+    ATF_REQUIRE_EQ(PVFSD_SET_MODE, pvfs::proto::set_mode);
+    ATF_REQUIRE_EQ(PVFSD_SET_UID, pvfs::proto::set_uid);
+    ATF_REQUIRE_EQ(PVFSD_SET_GID, pvfs::proto::set_gid);
+    ATF_REQUIRE_EQ(PVFSD_SET_ATIME, pvfs::proto::set_atime);
+    ATF_REQUIRE_EQ(PVFSD_SET_MTIME, pvfs::proto::set_mtime);
+    ATF_REQUIRE_EQ(PVFSD_SET_ATIME_NOW, pvfs::proto::set_atime_now);
+    ATF_REQUIRE_EQ(PVFSD_SET_MTIME_NOW, pvfs::proto::set_mtime_now);
+    ATF_REQUIRE_EQ(PVFSD_OP_COUNT, PVFSD_OP_CANCEL + 1);
+}
+
+namespace {
+
+// A body's size and its last member's end: equal when nothing is padded
+// at the end; the pinned offsets catch padding in between.
+template <typename T> void require_size(std::size_t want, std::size_t last_end)
+{
+    ATF_REQUIRE_EQ(sizeof(T), want);
+    ATF_REQUIRE_EQ(last_end, want);
+    ATF_REQUIRE_EQ(sizeof(T) % 8, 0U);
+    ATF_REQUIRE(std::is_trivially_copyable_v<T>);
+    ATF_REQUIRE(std::is_standard_layout_v<T>);
+}
+
+// A macro because offsetof takes a member name, which no function can.
+// NOLINTNEXTLINE(cppcoreguidelines-macro-usage)
+#define END_OF(type, member) (offsetof(type, member) + sizeof(type::member))
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(body_layouts);
+ATF_TEST_CASE_BODY(body_layouts)
+{
+    require_size<pvfsd_req_common>(152, END_OF(pvfsd_req_common, groups));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_req_common, fsuid), 8U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_req_common, ngroups), 16U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_req_common, groups), 24U);
+
+    require_size<pvfsd_time>(16, END_OF(pvfsd_time, pad));
+    require_size<pvfsd_attr>(96, END_OF(pvfsd_attr, ctime));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_attr, type), 8U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_attr, blksize), 28U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_attr, size), 32U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_attr, atime), 48U);
+
+    require_size<pvfsd_hello>(16, END_OF(pvfsd_hello, pad));
+    require_size<pvfsd_attach_req>(160, END_OF(pvfsd_attach_req, options_len));
+    require_size<pvfsd_attach_resp>(112, END_OF(pvfsd_attach_resp, pad));
+    require_size<pvfsd_handle_req>(160, END_OF(pvfsd_handle_req, handle));
+    require_size<pvfsd_attr_resp>(96, END_OF(pvfsd_attr_resp, attr));
+    require_size<pvfsd_name_req>(168, END_OF(pvfsd_name_req, pad));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_name_req, parent), 152U);
+    require_size<pvfsd_setattr_req>(216, END_OF(pvfsd_setattr_req, mtime));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, mask), 160U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, size), 176U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, atime), 184U);
+    require_size<pvfsd_create_req>(176, END_OF(pvfsd_create_req, pad));
+    require_size<pvfsd_create_resp>(104, END_OF(pvfsd_create_resp, pad));
+    require_size<pvfsd_mknod_req>(184, END_OF(pvfsd_mknod_req, pad));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_mknod_req, rdev), 160U);
+    require_size<pvfsd_symlink_req>(168, END_OF(pvfsd_symlink_req, target_len));
+    require_size<pvfsd_link_req>(176, END_OF(pvfsd_link_req, pad));
+    require_size<pvfsd_rename_req>(184, END_OF(pvfsd_rename_req, pad));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_rename_req, old_name_len), 168U);
+    require_size<pvfsd_readlink_resp>(8, END_OF(pvfsd_readlink_resp, pad));
+    require_size<pvfsd_readdir_req>(176, END_OF(pvfsd_readdir_req, pad));
+    require_size<pvfsd_readdir_resp>(8, END_OF(pvfsd_readdir_resp, eof));
+    require_size<pvfsd_dirent>(24, END_OF(pvfsd_dirent, name_len));
+    require_size<pvfsd_io_req>(176, END_OF(pvfsd_io_req, slot));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_io_req, offset), 160U);
+    require_size<pvfsd_io_resp>(8, END_OF(pvfsd_io_resp, pad));
+    require_size<pvfsd_fsync_req>(168, END_OF(pvfsd_fsync_req, pad));
+    require_size<pvfsd_statfs_resp>(48, END_OF(pvfsd_statfs_resp, namelen));
+    require_size<pvfsd_xattr_req>(176, END_OF(pvfsd_xattr_req, pad));
+    require_size<pvfsd_xattr_resp>(8, END_OF(pvfsd_xattr_resp, pad));
+    require_size<pvfsd_cancel_req>(8, END_OF(pvfsd_cancel_req, target_tag));
 }
 
 ATF_INIT_TEST_CASES(tcs)
@@ -48,4 +147,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, header_layout);
     ATF_ADD_TEST_CASE(tcs, magic_spells_pvfs);
     ATF_ADD_TEST_CASE(tcs, limits);
+    ATF_ADD_TEST_CASE(tcs, numbering_matches_the_protocol);
+    ATF_ADD_TEST_CASE(tcs, body_layouts);
 }
