@@ -1,7 +1,10 @@
 // What the pvfs tools share (common.hpp).
 #include "common.hpp"
 
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -187,6 +190,38 @@ nlohmann::json attr_json(const Attr &a)
     if (a.type == ObjectType::char_device || a.type == ObjectType::block_device)
         j["rdev"] = a.rdev;
     return j;
+}
+
+bool read_all(int fd, void *data, std::size_t n)
+{
+    auto *p = static_cast<char *>(data);
+    while (n > 0) {
+        const ssize_t got = ::read(fd, p, n);
+        if (got <= 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            return false;
+        }
+        p += got;
+        n -= static_cast<std::size_t>(got);
+    }
+    return true;
+}
+
+bool write_all(int fd, const void *data, std::size_t n)
+{
+    const auto *p = static_cast<const char *>(data);
+    while (n > 0) {
+        const ssize_t put = ::write(fd, p, n);
+        if (put < 0) {
+            if (errno == EINTR)
+                continue;
+            return false;
+        }
+        p += put;
+        n -= static_cast<std::size_t>(put);
+    }
+    return true;
 }
 
 } // namespace pvfs::tools

@@ -67,6 +67,11 @@ int resolve_parent(client::Client &c, std::string_view path, Attr &parent, std::
 [[nodiscard]] nlohmann::json attr_json(const Attr &a);
 [[nodiscard]] nlohmann::json layout_json(const Layout &l);
 
+// Whole transfers over a pipe between a benchmark's parent and its client
+// processes (EINTR retried): false on error or end of file.
+[[nodiscard]] bool read_all(int fd, void *data, std::size_t n);
+[[nodiscard]] bool write_all(int fd, const void *data, std::size_t n);
+
 } // namespace pvfs::tools
 
 #endif // PVFS_TOOLS_COMMON_HPP

@@ -6,8 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <span>
 #include <vector>
 
 #include <fmt/format.h>
@@ -119,6 +122,118 @@ int open_destination(client::Client *c, End &e, const End &src)
     return e.fd.valid() ? 0 : -errno;
 }
 
+// Reads the source from `offset` into `buf`: bytes read, 0 at the end, or a
+// negative errno.
+std::int64_t read_at(client::Client *c, const End &e, std::span<std::byte> buf,
+                     std::uint64_t offset)
+{
+    if (e.pvfs)
+        return c->read(e.handle, offset, buf);
+    const ssize_t got = ::pread(e.fd.get(), buf.data(), buf.size(), static_cast<off_t>(offset));
+    return got < 0 ? -errno : got;
+}
+
+// Writes all of `buf` at `offset`: 0 or a negative errno.
+std::int64_t write_at(client::Client *c, const End &e, std::span<const std::byte> buf,
+                      std::uint64_t offset)
+{
+    if (e.pvfs) {
+        const std::int64_t put = c->write(e.handle, offset, buf);
+        return put < 0 ? put : (put == static_cast<std::int64_t>(buf.size()) ? 0 : -EIO);
+    }
+    std::size_t off = 0;
+    while (off < buf.size()) {
+        const ssize_t w = ::pwrite(e.fd.get(), buf.data() + off, buf.size() - off,
+                                   static_cast<off_t>(offset + off));
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        off += static_cast<std::size_t>(w);
+    }
+    return 0;
+}
+
+// The copy loop.  With one end local, the local file's I/O runs on a
+// second thread with a second buffer, overlapping the pvfs I/O of the
+// other (the client library is used from the main thread only).
+struct Copy {
+    client::Client *client = nullptr;
+    const End &src;
+    const End &dst;
+    std::size_t buffer_size = 0;
+    bool failed_reading = false;
+
+    template <typename OnProgress> std::int64_t run(std::uint64_t &done, OnProgress &&on_progress)
+    {
+        std::array<std::vector<std::byte>, 2> bufs{std::vector<std::byte>(buffer_size),
+                                                   std::vector<std::byte>(buffer_size)};
+        std::size_t cur = 0;
+        if (!src.pvfs) {
+            // Local -> pvfs: the next local read runs while pvfs takes this buffer.
+            auto next = std::async(std::launch::async, [&, b = std::span(bufs[cur])] {
+                return read_at(client, src, b, 0);
+            });
+            for (;;) {
+                const std::int64_t got = next.get();
+                if (got <= 0) {
+                    failed_reading = got < 0;
+                    return got;
+                }
+                const auto n = static_cast<std::size_t>(got);
+                const std::uint64_t at = done + n;
+                next = std::async(std::launch::async, [&, b = std::span(bufs[cur ^ 1U]), at] {
+                    return read_at(client, src, b, at);
+                });
+                if (const std::int64_t rc =
+                        write_at(client, dst, std::span(bufs[cur].data(), n), done);
+                    rc < 0)
+                    return rc; // `next` finishes before it is destroyed
+                done += n;
+                on_progress(done);
+                cur ^= 1U;
+            }
+        }
+        if (!dst.pvfs) {
+            // pvfs -> local: the local write of one buffer runs while pvfs fills the other.
+            std::future<std::int64_t> pending;
+            for (;;) {
+                const std::int64_t got = read_at(client, src, bufs[cur], done);
+                if (pending.valid()) {
+                    if (const std::int64_t rc = pending.get(); rc < 0)
+                        return rc;
+                }
+                if (got <= 0) {
+                    failed_reading = got < 0;
+                    return got;
+                }
+                const auto n = static_cast<std::size_t>(got);
+                pending = std::async(std::launch::async,
+                                     [&, b = std::span(bufs[cur].data(), n), at = done] {
+                                         return write_at(client, dst, b, at);
+                                     });
+                done += n;
+                on_progress(done);
+                cur ^= 1U;
+            }
+        }
+        for (;;) {
+            const std::int64_t got = read_at(client, src, bufs[0], done);
+            if (got <= 0) {
+                failed_reading = got < 0;
+                return got;
+            }
+            const auto n = static_cast<std::size_t>(got);
+            if (const std::int64_t rc = write_at(client, dst, std::span(bufs[0].data(), n), done);
+                rc < 0)
+                return rc;
+            done += n;
+            on_progress(done);
+        }
+    }
+};
+
 } // namespace
 
 static int run(int argc, char **argv)
@@ -163,46 +278,17 @@ static int run(int argc, char **argv)
         tools::report("pvfs-cp", dst_arg, rc);
         return tools::exit_failure;
     }
-    std::vector<std::byte> buffer(static_cast<std::size_t>(buf_q.value));
     Progress progress(!quiet && ::isatty(STDERR_FILENO) != 0, src.size);
     const auto start = Clock::now();
     std::uint64_t done = 0;
-    for (;;) {
-        std::int64_t got = 0;
-        if (src.pvfs) {
-            got = client->read(src.handle, done, buffer);
-        } else {
-            got = ::pread(src.fd.get(), buffer.data(), buffer.size(), static_cast<off_t>(done));
-            if (got < 0)
-                got = -errno;
-        }
-        if (got < 0) {
-            tools::report("pvfs-cp", "reading " + src_arg, got);
-            return tools::exit_failure;
-        }
-        if (got == 0)
-            break;
-        const auto n = static_cast<std::size_t>(got);
-        if (dst.pvfs) {
-            const std::int64_t put = client->write(dst.handle, done, std::span(buffer.data(), n));
-            if (put < 0) {
-                tools::report("pvfs-cp", "writing " + dst_arg, put);
-                return tools::exit_failure;
-            }
-        } else {
-            std::size_t off = 0;
-            while (off < n) {
-                const ssize_t w = ::pwrite(dst.fd.get(), buffer.data() + off, n - off,
-                                           static_cast<off_t>(done + off));
-                if (w < 0) {
-                    tools::report("pvfs-cp", "writing " + dst_arg, -errno);
-                    return tools::exit_failure;
-                }
-                off += static_cast<std::size_t>(w);
-            }
-        }
-        done += n;
-        progress.update(done);
+    Copy copy{client.get(), src, dst, static_cast<std::size_t>(buf_q.value)};
+    const std::int64_t rc = copy.run(done, [&](std::uint64_t n) { progress.update(n); });
+    if (rc < 0) {
+        tools::report("pvfs-cp",
+                      (copy.failed_reading ? "reading " : "writing ") +
+                          (copy.failed_reading ? src_arg : dst_arg),
+                      static_cast<int>(rc));
+        return tools::exit_failure;
     }
     progress.update(done, true);
     // Durable before success is reported.

@@ -101,38 +101,6 @@ Report local_phase(const std::string &dir, unsigned id, unsigned files, std::siz
     return r;
 }
 
-bool read_all(int fd, void *data, std::size_t n)
-{
-    auto *p = static_cast<char *>(data);
-    while (n > 0) {
-        const ssize_t got = ::read(fd, p, n);
-        if (got <= 0) {
-            if (got < 0 && errno == EINTR)
-                continue;
-            return false;
-        }
-        p += got;
-        n -= static_cast<std::size_t>(got);
-    }
-    return true;
-}
-
-bool write_all(int fd, const void *data, std::size_t n)
-{
-    const auto *p = static_cast<const char *>(data);
-    while (n > 0) {
-        const ssize_t put = ::write(fd, p, n);
-        if (put < 0) {
-            if (errno == EINTR)
-                continue;
-            return false;
-        }
-        p += put;
-        n -= static_cast<std::size_t>(put);
-    }
-    return true;
-}
-
 [[noreturn]] void client_main(const Plan &p, unsigned id, int go_fd, int result_fd)
 {
     std::unique_ptr<client::Client> c;
@@ -152,7 +120,7 @@ bool write_all(int fd, const void *data, std::size_t n)
     }
     for (std::size_t phase = 0; phase < phase_names.size(); ++phase) {
         char go = 0;
-        if (!read_all(go_fd, &go, 1))
+        if (!tools::read_all(go_fd, &go, 1))
             ::_exit(1);
         Report r;
         if (setup != 0) {
@@ -162,7 +130,7 @@ bool write_all(int fd, const void *data, std::size_t n)
         } else {
             r = local_phase(client_dir(p, id), id, p.files, phase);
         }
-        if (!write_all(result_fd, &r, sizeof r))
+        if (!tools::write_all(result_fd, &r, sizeof r))
             ::_exit(1);
     }
     ::_exit(0);
@@ -252,14 +220,15 @@ static int run(int argc, char **argv)
     for (const char *phase_name : phase_names) {
         for (const UniqueFd &g : go_write) {
             const char go = 1;
-            write_all(g.get(), &go, 1);
+            // A client that cannot be told to go reports no result: caught below.
+            static_cast<void>(tools::write_all(g.get(), &go, 1));
         }
         std::int64_t first = INT64_MAX;
         std::int64_t last = 0;
         std::int64_t error = 0;
         for (unsigned i = 0; i < clients; ++i) {
             Report r;
-            if (!read_all(results_read.get(), &r, sizeof r)) {
+            if (!tools::read_all(results_read.get(), &r, sizeof r)) {
                 error = -EPIPE;
                 break;
             }
