@@ -26,6 +26,8 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "pvfs/types.hpp"
@@ -170,6 +172,20 @@ struct SlotRegions {
                                                        std::uint32_t data_servers,
                                                        std::uint32_t slot,
                                                        std::uint64_t file_size) noexcept;
+
+// The text form of a layout, the value of the `pvfs.layout` extended
+// attribute: "stripe_size=1048576 stripe_count=4 first_server=0".
+[[nodiscard]] std::string to_text(const Layout &layout);
+
+// Parses the text form into `out`, starting from `base`: keys given
+// replace base's values, so "stripe_count=2" changes only the count.  Keys
+// are separated by spaces, commas or newlines; values are decimal, and
+// stripe_size also takes a K/KiB/M/MiB/G/GiB suffix (powers of 1024).
+// nullptr on success, else a static message (unknown or repeated key, bad
+// or overflowing number, empty text).  The result is not validated against
+// a cluster: call validate().
+[[nodiscard]] const char *from_text(std::string_view text, const Layout &base,
+                                    Layout &out) noexcept;
 
 } // namespace pvfs::layout
 

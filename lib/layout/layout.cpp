@@ -4,11 +4,14 @@
 #include "pvfs/layout.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "pvfs/types.hpp"
@@ -191,6 +194,91 @@ std::optional<std::uint64_t> object_size(const Layout &layout, std::uint32_t dat
         size += tail;
     }
     return size;
+}
+
+std::string to_text(const Layout &layout)
+{
+    return "stripe_size=" + std::to_string(layout.stripe_size) +
+           " stripe_count=" + std::to_string(layout.stripe_count) +
+           " first_server=" + std::to_string(layout.first_server);
+}
+
+namespace {
+
+// A decimal u32 with an optional binary-unit suffix (when allowed).
+const char *parse_u32(std::string_view text, bool units, std::uint32_t &out) noexcept
+{
+    std::uint64_t value = 0;
+    const char *const end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (ec != std::errc{} || ptr == text.data())
+        return "a value is not a decimal number";
+    const std::string_view suffix(ptr, static_cast<std::size_t>(end - ptr));
+    unsigned shift = 0;
+    if (suffix.empty()) {
+        shift = 0;
+    } else if (!units) {
+        return "a count or index has a suffix";
+    } else if (suffix == "K" || suffix == "KiB") {
+        shift = 10;
+    } else if (suffix == "M" || suffix == "MiB") {
+        shift = 20;
+    } else if (suffix == "G" || suffix == "GiB") {
+        shift = 30;
+    } else {
+        return "unknown size suffix (K, KiB, M, MiB, G, GiB)";
+    }
+    if (value > (std::uint64_t{std::numeric_limits<std::uint32_t>::max()} >> shift))
+        return "a value does not fit 32 bits";
+    out = static_cast<std::uint32_t>(value << shift);
+    return nullptr;
+}
+
+} // namespace
+
+const char *from_text(std::string_view text, const Layout &base, Layout &out) noexcept
+{
+    Layout result = base;
+    unsigned seen = 0;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        const std::size_t start = text.find_first_not_of(" ,\n\t", pos);
+        if (start == std::string_view::npos)
+            break;
+        std::size_t stop = text.find_first_of(" ,\n\t", start);
+        if (stop == std::string_view::npos)
+            stop = text.size();
+        pos = stop;
+        const std::string_view item = text.substr(start, stop - start);
+        const std::size_t eq = item.find('=');
+        if (eq == std::string_view::npos)
+            return "expected key=value";
+        const std::string_view key = item.substr(0, eq);
+        const std::string_view value = item.substr(eq + 1);
+        unsigned bit = 0;
+        const char *error = nullptr;
+        if (key == "stripe_size") {
+            bit = 1;
+            error = parse_u32(value, true, result.stripe_size);
+        } else if (key == "stripe_count") {
+            bit = 2;
+            error = parse_u32(value, false, result.stripe_count);
+        } else if (key == "first_server") {
+            bit = 4;
+            error = parse_u32(value, false, result.first_server);
+        } else {
+            return "unknown key (stripe_size, stripe_count, first_server)";
+        }
+        if (error != nullptr)
+            return error;
+        if ((seen & bit) != 0)
+            return "a key is given twice";
+        seen |= bit;
+    }
+    if (seen == 0)
+        return "no key=value given";
+    out = result;
+    return nullptr;
 }
 
 } // namespace pvfs::layout

@@ -576,6 +576,35 @@ ATF_TEST_CASE_BODY(sizes_edges)
     ATF_REQUIRE(!layout::logical_size({64 * 1024, 1, 0}, 1, 0, max_end + 1));
 }
 
+ATF_TEST_CASE_WITHOUT_HEAD(text_form);
+ATF_TEST_CASE_BODY(text_form)
+{
+    const Layout base{1U << 20U, 4, 1};
+    ATF_REQUIRE_EQ(layout::to_text(base), "stripe_size=1048576 stripe_count=4 first_server=1");
+    Layout out;
+    ATF_REQUIRE(layout::from_text(layout::to_text(base), Layout{}, out) == nullptr);
+    ATF_REQUIRE(out == base);
+    // Keys given replace the base's; the others stay.
+    ATF_REQUIRE(layout::from_text("stripe_count=2", base, out) == nullptr);
+    ATF_REQUIRE(out == (Layout{1U << 20U, 2, 1}));
+    ATF_REQUIRE(layout::from_text(" stripe_size=64KiB,first_server=3\n", base, out) == nullptr);
+    ATF_REQUIRE(out == (Layout{64U << 10U, 4, 3}));
+    ATF_REQUIRE(layout::from_text("stripe_size=2M", base, out) == nullptr);
+    ATF_REQUIRE_EQ(out.stripe_size, 2U << 20U);
+    ATF_REQUIRE(layout::from_text("stripe_size=3G", base, out) == nullptr);
+    ATF_REQUIRE_EQ(out.stripe_size, 3U << 30U);
+    // Rejected, and `out` untouched.
+    out = Layout{};
+    for (const char *bad :
+         {"", "   ", "stripe_count", "stripe_count=", "stripe_count=x", "stripe_count=2K",
+          "stripe_size=4T", "stripe_size=4G", "stripe_count=4294967296", "stripe_count=-1",
+          "colour=red", "stripe_count=2 stripe_count=3", "stripe_size=1MiBB"}) {
+        if (layout::from_text(bad, base, out) == nullptr)
+            ATF_FAIL(std::string("accepted: '") + bad + "'");
+        ATF_REQUIRE(out == Layout{});
+    }
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, validate_rules);
@@ -589,4 +618,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, sizes_match_reference);
     ATF_ADD_TEST_CASE(tcs, sizes_round_trip);
     ATF_ADD_TEST_CASE(tcs, sizes_edges);
+    ATF_ADD_TEST_CASE(tcs, text_form);
 }
