@@ -71,6 +71,11 @@ bool MetaService::handles(proto::Op op) noexcept
     case proto::Op::layout_get:
     case proto::Op::layout_set:
     case proto::Op::list_handles:
+    case proto::Op::mkdir_object:
+    case proto::Op::link_dir:
+    case proto::Op::retire_dir:
+    case proto::Op::unlink_dir:
+    case proto::Op::remove_dir_object:
         return true;
     default:
         return false;
@@ -259,6 +264,23 @@ void MetaService::apply(meta::WriteBatch &batch, Job &job)
     } else if (const auto *ls = std::get_if<proto::LayoutSetRequest>(&body)) {
         rc = batch.layout_set(cred, ls->handle, ls->layout);
         job.response = proto::LayoutSetResponse{};
+    } else if (const auto *mo = std::get_if<proto::MkdirObjectRequest>(&body)) {
+        proto::MkdirObjectResponse out;
+        rc = batch.mkdir_object(cred, mo->parent, mo->mode, out.attr);
+        job.response = out;
+    } else if (const auto *ld = std::get_if<proto::LinkDirRequest>(&body)) {
+        rc = batch.link_dir(cred, ld->parent, ld->name, ld->handle);
+        job.response = proto::LinkDirResponse{};
+    } else if (const auto *rd = std::get_if<proto::RetireDirRequest>(&body)) {
+        proto::RetireDirResponse out;
+        rc = batch.retire_dir(rd->handle, rd->retire, out.attr);
+        job.response = out;
+    } else if (const auto *ud = std::get_if<proto::UnlinkDirRequest>(&body)) {
+        rc = batch.unlink_dir(cred, ud->parent, ud->name, ud->handle, ud->owner_uid);
+        job.response = proto::UnlinkDirResponse{};
+    } else if (const auto *ro = std::get_if<proto::RemoveDirObjectRequest>(&body)) {
+        rc = batch.remove_dir_object(ro->handle);
+        job.response = proto::RemoveDirObjectResponse{};
     } else {
         rc = -EOPNOTSUPP;
     }

@@ -3,7 +3,12 @@
 //   - data objects whose file no longer exists (a client died between
 //     removing the name and removing the objects): removed;
 //   - directory entries whose object is gone: reported, and removed with
-//     --repair.
+//     --repair;
+//   - metadata objects no entry reaches (a remote mkdir that died between
+//     making the directory and naming it, docs/metadata.md "Remote
+//     directories"): reported, and empty directories removed with --repair.
+// Run it on a quiet file system: an object renamed during the walk may be
+// taken for an orphan.
 // Runs as root (listing every handle is root's).  Exit status 0 when the
 // file system is clean (or was repaired), 1 when problems remain.
 #include <iostream>
@@ -17,9 +22,28 @@ using namespace pvfs;
 
 namespace {
 
+// Each finding remembers whether --repair fixed it, so the report never
+// says "removed" for what is still there.
+struct OrphanObject {
+    std::string server;
+    Handle handle = no_handle;
+    bool removed = false;
+};
+struct DanglingEntry {
+    std::string path;
+    bool removed = false;
+};
+struct OrphanMetadata {
+    std::string server;
+    Attr attr;
+    bool removed = false;
+};
+
 struct Findings {
-    std::vector<std::pair<std::string, Handle>> orphan_objects; // data server, handle
-    std::vector<std::string> dangling_entries;                  // paths
+    std::vector<OrphanObject> orphan_objects;
+    std::vector<DanglingEntry> dangling_entries;
+    std::vector<OrphanMetadata> orphan_metadata;
+    std::unordered_set<Handle> reachable;
     std::size_t objects = 0;
     std::size_t handles = 0;
     std::size_t entries = 0;
@@ -37,7 +61,7 @@ void walk(client::Client &c, Handle dir, const std::string &path, Findings &f, b
     }
     std::uint64_t cookie = 0;
     bool eof = false;
-    std::vector<std::string> dangling;
+    std::vector<std::pair<std::string, std::size_t>> dangling; // name, finding
     while (!eof) {
         std::vector<proto::DirEntry> page;
         if (const int rc = c.readdir(dir, cookie, 0, page, eof); rc != 0) {
@@ -52,8 +76,8 @@ void walk(client::Client &c, Handle dir, const std::string &path, Findings &f, b
             Attr a;
             const int rc = c.getattr(e.handle, a);
             if (rc == -ENOENT || rc == -ESTALE) {
-                f.dangling_entries.push_back(child);
-                dangling.push_back(e.name);
+                dangling.emplace_back(e.name, f.dangling_entries.size());
+                f.dangling_entries.push_back({child, false});
                 continue;
             }
             if (rc != 0) {
@@ -61,17 +85,20 @@ void walk(client::Client &c, Handle dir, const std::string &path, Findings &f, b
                 ++f.errors;
                 continue;
             }
+            f.reachable.insert(e.handle);
             if (a.type == ObjectType::directory)
                 walk(c, a.handle, child, f, repair, depth + 1);
         }
     }
-    for (const std::string &name : dangling) {
+    for (const auto &[name, index] : dangling) {
         if (!repair)
             continue;
+        DanglingEntry &entry = f.dangling_entries[index];
         if (const int rc = c.unlink(dir, name); rc != 0) {
-            tools::report("pvfs-fsck", fmt::format("removing the dangling entry {}/{}", path, name),
-                          rc);
+            tools::report("pvfs-fsck", "removing the dangling entry " + entry.path, rc);
             ++f.errors;
+        } else {
+            entry.removed = true;
         }
     }
 }
@@ -81,7 +108,7 @@ void walk(client::Client &c, Handle dir, const std::string &path, Findings &f, b
 static int run(int argc, char **argv)
 {
     CLI::App app{"pvfs-fsck: find (and with --repair remove) data objects without a file and "
-                 "directory entries without an object"};
+                 "directory entries without an object, and metadata objects no entry reaches"};
     tools::Target target;
     bool repair = false;
     bool json = false;
@@ -134,37 +161,97 @@ static int run(int argc, char **argv)
         if (handles.contains(h))
             continue;
         const std::string &server = cluster.servers[data[d]].name;
-        f.orphan_objects.emplace_back(server, h);
+        OrphanObject &orphan = f.orphan_objects.emplace_back(OrphanObject{server, h, false});
         if (repair) {
             if (const int rc = c->remove_object(d, h); rc != 0) {
                 tools::report("pvfs-fsck", fmt::format("removing object {:016x} on {}", h, server),
                               rc);
                 ++f.errors;
+            } else {
+                orphan.removed = true;
             }
         }
     }
+    f.reachable.insert(root_handle);
     walk(*c, root_handle, "/", f, repair, 0);
+    for (const Handle h : handles) {
+        // Every metadata server's top directory exists unnamed; only
+        // server 0's is used (the root).
+        if (f.reachable.contains(h) || handle_id(h) == 1)
+            continue;
+        Attr a;
+        if (const int rc = c->getattr(h, a); rc != 0) {
+            if (rc != -ENOENT) { // gone since the listing
+                tools::report("pvfs-fsck", fmt::format("getattr {:016x}", h), rc);
+                ++f.errors;
+            }
+            continue;
+        }
+        const std::string &server = cluster.servers[metas.at(handle_server(h))].name;
+        OrphanMetadata &orphan = f.orphan_metadata.emplace_back(OrphanMetadata{server, a, false});
+        if (!repair)
+            continue;
+        if (a.type != ObjectType::directory) {
+            fmt::print(stderr,
+                       "pvfs-fsck: unreachable object {:016x} on {} is not a directory: "
+                       "left alone\n",
+                       h, server);
+            ++f.errors;
+        } else if (const int rc = c->remove_orphan_dir(h); rc != 0) {
+            tools::report("pvfs-fsck", fmt::format("removing directory {:016x} on {}", h, server),
+                          rc);
+            ++f.errors;
+        } else {
+            orphan.removed = true;
+        }
+    }
 
-    const bool problems = !f.orphan_objects.empty() || !f.dangling_entries.empty();
+    const bool problems =
+        !f.orphan_objects.empty() || !f.dangling_entries.empty() || !f.orphan_metadata.empty();
     if (json) {
         nlohmann::json orphans = nlohmann::json::array();
-        for (const auto &[server, h] : f.orphan_objects)
-            orphans.push_back({{"server", server}, {"handle", fmt::format("{:016x}", h)}});
+        for (const OrphanObject &o : f.orphan_objects)
+            orphans.push_back({{"server", o.server},
+                               {"handle", fmt::format("{:016x}", o.handle)},
+                               {"removed", o.removed}});
+        nlohmann::json dangling = nlohmann::json::array();
+        nlohmann::json removed_entries = nlohmann::json::array();
+        for (const DanglingEntry &e : f.dangling_entries) {
+            dangling.push_back(e.path);
+            if (e.removed)
+                removed_entries.push_back(e.path);
+        }
+        nlohmann::json unreachable = nlohmann::json::array();
+        for (const OrphanMetadata &o : f.orphan_metadata)
+            unreachable.push_back(
+                {{"server", o.server},
+                 {"handle", fmt::format("{:016x}", o.attr.handle)},
+                 {"type", o.attr.type == ObjectType::directory ? "directory" : "other"},
+                 {"removed", o.removed}});
         std::cout << nlohmann::json{{"objects", f.objects},
                                     {"handles", f.handles},
                                     {"entries", f.entries},
                                     {"orphan_objects", orphans},
-                                    {"dangling_entries", f.dangling_entries},
+                                    {"dangling_entries", dangling},
+                                    {"removed_entries", removed_entries},
+                                    {"orphan_metadata", unreachable},
                                     {"repaired", repair && f.errors == 0 && problems},
                                     {"errors", f.errors}}
                          .dump(2)
                   << "\n";
     } else {
-        for (const auto &[server, h] : f.orphan_objects)
-            fmt::print("orphan data object {:016x} on {}{}\n", h, server,
-                       repair ? ": removed" : "");
-        for (const std::string &p : f.dangling_entries)
-            fmt::print("entry without an object: {}{}\n", p, repair ? ": removed" : "");
+        const auto outcome = [repair](bool removed) {
+            return !repair ? "" : removed ? ": removed" : ": NOT removed";
+        };
+        for (const OrphanObject &o : f.orphan_objects)
+            fmt::print("orphan data object {:016x} on {}{}\n", o.handle, o.server,
+                       outcome(o.removed));
+        for (const DanglingEntry &e : f.dangling_entries)
+            fmt::print("entry without an object: {}{}\n", e.path, outcome(e.removed));
+        for (const OrphanMetadata &o : f.orphan_metadata)
+            fmt::print("{} {:016x} on {} reached by no entry{}\n",
+                       o.attr.type == ObjectType::directory ? "directory" : "object",
+                       o.attr.handle, o.server, outcome(o.removed));
         fmt::print("{} data objects, {} handles, {} directory entries checked: {}\n", f.objects,
                    f.handles, f.entries,
                    !problems ? "clean"

@@ -1,4 +1,5 @@
-// pvfs-mkdir: makes directories in a pvfs file system.
+// pvfs-mkdir: makes directories in a pvfs file system; with --meta-server,
+// remote directories (docs/metadata.md "Remote directories").
 #include <fmt/format.h>
 
 #include "common.hpp"
@@ -7,8 +8,11 @@ using namespace pvfs;
 
 namespace {
 
+// meta_server < 0: each directory on its parent's metadata server.  Else
+// the named directory (not the parents -p makes) on that one.
 // NOLINTNEXTLINE(misc-no-recursion): one level per missing parent, bounded by the path
-int make(client::Client &c, const std::string &path, std::uint32_t mode, bool parents)
+int make(client::Client &c, const std::string &path, std::uint32_t mode, bool parents,
+         int meta_server)
 {
     Attr parent;
     std::string name;
@@ -16,14 +20,16 @@ int make(client::Client &c, const std::string &path, std::uint32_t mode, bool pa
     if (rc == -ENOENT && parents) {
         const std::string p = tools::pvfs_path(path);
         const std::string up = p.substr(0, p.find_last_not_of('/') + 1);
-        rc = make(c, up.substr(0, up.rfind('/')), mode | 0300U, true);
+        rc = make(c, up.substr(0, up.rfind('/')), mode | 0300U, true, -1);
         if (rc == 0)
             rc = tools::resolve_parent(c, path, parent, name);
     }
     if (rc != 0)
         return rc;
     Attr made;
-    rc = c.mkdir(parent.handle, name, mode, made);
+    rc = meta_server < 0
+             ? c.mkdir(parent.handle, name, mode, made)
+             : c.mkdir(parent.handle, name, mode, made, static_cast<std::uint32_t>(meta_server));
     if (rc == -EEXIST && parents) {
         Attr existing;
         if (c.lookup(parent.handle, name, existing) == 0 && existing.type == ObjectType::directory)
@@ -45,6 +51,13 @@ static int run(int argc, char **argv)
     app.add_flag("-p,--parents", parents,
                  "make parent directories as needed; no error if existing");
     app.add_option("-m,--mode", mode_text, "permission bits, octal (default 755)");
+    int meta_server = -1;
+    app.add_option("--meta-server", meta_server,
+                   "make each named directory on metadata server N (its index among the "
+                   "config's metadata servers; a remote directory: what is made inside it lives "
+                   "there too).  Only directories of server 0 may have remote children; -p "
+                   "parents stay on their parent's server")
+        ->check(CLI::NonNegativeNumber);
     app.add_option("paths", paths, "directories to make")->required();
     CLI11_PARSE(app, argc, argv);
     std::uint32_t mode = 0;
@@ -60,7 +73,7 @@ static int run(int argc, char **argv)
     const auto client = tools::connect_or_exit("pvfs-mkdir", target);
     int status = 0;
     for (const std::string &p : paths) {
-        if (const int rc = make(*client, p, mode, parents); rc != 0) {
+        if (const int rc = make(*client, p, mode, parents, meta_server); rc != 0) {
             tools::report("pvfs-mkdir", tools::pvfs_path(p), rc);
             status = tools::exit_failure;
         }

@@ -116,6 +116,13 @@ public:
     int create(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
                const Layout &layout, Attr &out, bool *created = nullptr);
     int mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out);
+    // A remote directory (docs/metadata.md "Remote directories"): the
+    // directory lives on metadata server `meta_index`, and so does what is
+    // made inside it.  meta_index == the parent's server: a plain mkdir.
+    // Only the root's server (0) may have remote children (EXDEV);
+    // EINVAL for an index outside the config.
+    int mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out,
+              std::uint32_t meta_index);
     int mknod(Handle parent, std::string_view name, ObjectType type, std::uint32_t mode,
               std::uint64_t rdev, Attr &out);
     int symlink(Handle parent, std::string_view name, std::string_view target, Attr &out);
@@ -123,7 +130,12 @@ public:
     int link(Handle handle, Handle new_parent, std::string_view new_name, Attr &out);
     // Removes a non-directory; its data objects go when the last link does.
     int unlink(Handle parent, std::string_view name);
+    // Removes an empty directory, also a remote one (in three steps, never
+    // leaving a name without its directory).
     int rmdir(Handle parent, std::string_view name);
+    // Renames and links within one metadata server only: EXDEV when the
+    // two parents, or a moved directory and its new parent, are on
+    // different servers (as for a mount point; mv copies instead).
     int rename(Handle old_parent, std::string_view old_name, Handle new_parent,
                std::string_view new_name, std::uint32_t flags = 0);
     // One page of entries after `cookie` (0: from the start); *eof when the
@@ -165,6 +177,11 @@ public:
                      proto::ListObjectsResponse &out);
     // Removes one data object from one data server.
     int remove_object(std::uint32_t data_index, Handle handle);
+    // Removes a directory object that no entry names (a remote mkdir that
+    // died half way): it must be empty (ENOTEMPTY).  Only for a handle
+    // that fsck found unreachable: one still named would leave a dangling
+    // entry.
+    int remove_orphan_dir(Handle handle);
 
     // Asks every server for its status and statfs, all at once.
     std::vector<ServerStatus> status_all();

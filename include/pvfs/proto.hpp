@@ -89,8 +89,16 @@ enum class Op : std::uint16_t {
     layout_get = 28,
     layout_set = 29,
     list_handles = 30,
+    // Remote directories (docs/metadata.md "Remote directories"): the
+    // steps of a mkdir and an rmdir whose directory lives on another
+    // metadata server than its parent, driven by the client.
+    mkdir_object = 31,
+    link_dir = 32,
+    retire_dir = 33,
+    unlink_dir = 34,
+    remove_dir_object = 35,
 };
-inline constexpr std::uint16_t op_count = 30;
+inline constexpr std::uint16_t op_count = 35;
 
 // "lookup", "xattr_set", ...; "unknown" for a value outside Op.
 [[nodiscard]] const char *op_name(Op op) noexcept;
@@ -305,6 +313,46 @@ struct ListHandlesRequest {
     friend bool operator==(const ListHandlesRequest &, const ListHandlesRequest &) = default;
 };
 
+// On the directory's server: a directory object with no entry yet.  Its
+// owner is the caller; its mode, gid and layout follow `parent` (the
+// parent's attributes, which the client just read) as a local mkdir's
+// would; its ".." is parent.handle.
+struct MkdirObjectRequest {
+    Attr parent;
+    std::uint32_t mode = 0;
+    friend bool operator==(const MkdirObjectRequest &, const MkdirObjectRequest &) = default;
+};
+// On the parent's server: the entry (parent, name) -> handle, a directory
+// on another server.
+struct LinkDirRequest {
+    Handle parent = no_handle;
+    std::string name;
+    Handle handle = no_handle;
+    friend bool operator==(const LinkDirRequest &, const LinkDirRequest &) = default;
+};
+// On the directory's server: retire (an empty directory refuses new
+// entries from then on) or, retire false, take it back.
+struct RetireDirRequest {
+    Handle handle = no_handle;
+    bool retire = false;
+    friend bool operator==(const RetireDirRequest &, const RetireDirRequest &) = default;
+};
+// On the parent's server: removes the entry (parent, name) if it still
+// names `handle`; owner_uid is the directory's owner (for the sticky bit).
+struct UnlinkDirRequest {
+    Handle parent = no_handle;
+    std::string name;
+    Handle handle = no_handle;
+    std::uint32_t owner_uid = 0;
+    friend bool operator==(const UnlinkDirRequest &, const UnlinkDirRequest &) = default;
+};
+// On the directory's server: removes a retired directory object.
+struct RemoveDirObjectRequest {
+    Handle handle = no_handle;
+    friend bool operator==(const RemoveDirObjectRequest &,
+                           const RemoveDirObjectRequest &) = default;
+};
+
 // ---- response bodies, one per op, in Op order ----------------------------
 
 struct GetConfigResponse {
@@ -447,6 +495,25 @@ struct ListHandlesResponse {
     friend bool operator==(const ListHandlesResponse &, const ListHandlesResponse &) = default;
 };
 
+struct MkdirObjectResponse {
+    Attr attr;
+    friend bool operator==(const MkdirObjectResponse &, const MkdirObjectResponse &) = default;
+};
+struct LinkDirResponse {
+    friend bool operator==(const LinkDirResponse &, const LinkDirResponse &) = default;
+};
+struct RetireDirResponse {
+    Attr attr; // the directory's
+    friend bool operator==(const RetireDirResponse &, const RetireDirResponse &) = default;
+};
+struct UnlinkDirResponse {
+    friend bool operator==(const UnlinkDirResponse &, const UnlinkDirResponse &) = default;
+};
+struct RemoveDirObjectResponse {
+    friend bool operator==(const RemoveDirObjectResponse &,
+                           const RemoveDirObjectResponse &) = default;
+};
+
 // Alternative i is the body of Op i + 1: the variant's index is the op.
 using RequestBody =
     std::variant<GetConfigRequest, StatusRequest, LookupRequest, GetattrRequest, SetattrRequest,
@@ -455,15 +522,16 @@ using RequestBody =
                  StatfsRequest, ReadRequest, WriteRequest, FsyncRequest, ObjectSizesRequest,
                  TruncateObjectRequest, RemoveObjectRequest, ListObjectsRequest, XattrGetRequest,
                  XattrSetRequest, XattrListRequest, XattrRemoveRequest, LayoutGetRequest,
-                 LayoutSetRequest, ListHandlesRequest>;
-using ResponseBody =
-    std::variant<GetConfigResponse, StatusResponse, LookupResponse, GetattrResponse,
-                 SetattrResponse, CreateResponse, MkdirResponse, MknodResponse, SymlinkResponse,
-                 LinkResponse, ReadlinkResponse, RemoveResponse, RmdirResponse, RenameResponse,
-                 ReaddirResponse, StatfsResponse, ReadResponse, WriteResponse, FsyncResponse,
-                 ObjectSizesResponse, TruncateObjectResponse, RemoveObjectResponse,
-                 ListObjectsResponse, XattrGetResponse, XattrSetResponse, XattrListResponse,
-                 XattrRemoveResponse, LayoutGetResponse, LayoutSetResponse, ListHandlesResponse>;
+                 LayoutSetRequest, ListHandlesRequest, MkdirObjectRequest, LinkDirRequest,
+                 RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest>;
+using ResponseBody = std::variant<
+    GetConfigResponse, StatusResponse, LookupResponse, GetattrResponse, SetattrResponse,
+    CreateResponse, MkdirResponse, MknodResponse, SymlinkResponse, LinkResponse, ReadlinkResponse,
+    RemoveResponse, RmdirResponse, RenameResponse, ReaddirResponse, StatfsResponse, ReadResponse,
+    WriteResponse, FsyncResponse, ObjectSizesResponse, TruncateObjectResponse, RemoveObjectResponse,
+    ListObjectsResponse, XattrGetResponse, XattrSetResponse, XattrListResponse, XattrRemoveResponse,
+    LayoutGetResponse, LayoutSetResponse, ListHandlesResponse, MkdirObjectResponse, LinkDirResponse,
+    RetireDirResponse, UnlinkDirResponse, RemoveDirObjectResponse>;
 static_assert(std::variant_size_v<RequestBody> == op_count);
 static_assert(std::variant_size_v<ResponseBody> == op_count);
 

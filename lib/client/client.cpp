@@ -2,6 +2,7 @@
 #include "pvfs/client.hpp"
 
 #include <sys/random.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -647,6 +648,55 @@ struct Client::Impl {
             return rc;
         return call_body(server, std::move(body), out);
     }
+
+    // ---- remote directories (docs/metadata.md "Remote directories") ------
+    // Retires, then removes, a directory object that no entry names.
+    int remove_dir_object(Handle h)
+    {
+        proto::RetireDirResponse retired;
+        if (const int rc = meta_call(h, proto::RetireDirRequest{h, true}, retired); rc != 0)
+            return rc;
+        proto::RemoveDirObjectResponse removed;
+        forget(h);
+        return meta_call(h, proto::RemoveDirObjectRequest{h}, removed);
+    }
+
+    // rmdir of (parent, name) naming another server's directory: retire it
+    // there (so it stays empty), drop the name here, then remove it there.
+    int rmdir_remote(Handle parent, std::string_view name)
+    {
+        proto::LookupResponse found;
+        if (const int rc =
+                meta_call(parent, proto::LookupRequest{parent, std::string(name)}, found);
+            rc != 0)
+            return rc;
+        const Handle h = found.attr.handle;
+        if (handle_server(h) == handle_server(parent))
+            return -EXDEV;
+        proto::RetireDirResponse retired;
+        if (const int rc = meta_call(h, proto::RetireDirRequest{h, true}, retired); rc != 0)
+            return rc;
+        proto::UnlinkDirResponse unlinked;
+        if (const int rc = meta_call(
+                parent, proto::UnlinkDirRequest{parent, std::string(name), h, retired.attr.uid},
+                unlinked);
+            rc != 0) {
+            proto::RetireDirResponse back;
+            if (const int undo = meta_call(h, proto::RetireDirRequest{h, false}, back); undo != 0)
+                gossip::warning(gossip::Mask::client, "rmdir: directory {:016x} stays retired: {}",
+                                h, client::error_text(undo));
+            return rc;
+        }
+        forget(parent);
+        forget(h);
+        proto::RemoveDirObjectResponse removed;
+        if (const int rc = meta_call(h, proto::RemoveDirObjectRequest{h}, removed); rc != 0)
+            // The name is gone, which is what rmdir promised; the object
+            // is an orphan for pvfs-fsck.
+            gossip::warning(gossip::Mask::client, "rmdir: directory {:016x} left behind: {}", h,
+                            client::error_text(rc));
+        return 0;
+    }
 };
 
 // ---- connecting ----------------------------------------------------------
@@ -773,6 +823,13 @@ int Client::lookup(Handle parent, std::string_view name, Attr &out)
     if (const int rc = m.meta_call(parent, proto::LookupRequest{parent, std::string(name)}, r);
         rc != 0)
         return rc;
+    if (handle_server(r.attr.handle) != handle_server(parent)) {
+        // A remote directory: the parent's server knows only its handle.
+        if (const int rc = m.getattr(r.attr.handle, out, false); rc != 0)
+            return rc;
+        m.remember_name(parent, name, out.handle);
+        return 0;
+    }
     if (const int rc = m.complete_attr(r.attr); rc != 0)
         return rc;
     out = r.attr;
@@ -922,8 +979,15 @@ int Client::create(Handle parent, std::string_view name, std::uint32_t mode, boo
             parent, proto::CreateRequest{parent, std::string(name), mode, exclusive, layout}, r);
         rc != 0)
         return rc;
-    if (const int rc = m.complete_attr(r.attr); rc != 0)
+    // A file this request created has no data yet: its size is 0 without
+    // asking each data server.
+    if (r.created && r.attr.type == ObjectType::regular) {
+        if (layout::validate(r.attr.layout, m.data_count()) != nullptr)
+            return -EIO;
+        r.attr.size = 0;
+    } else if (const int rc = m.complete_attr(r.attr); rc != 0) {
         return rc;
+    }
     out = r.attr;
     if (created != nullptr)
         *created = r.created;
@@ -943,6 +1007,47 @@ int Client::mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr
         rc != 0)
         return rc;
     out = r.attr;
+    m.remember(out);
+    m.remember_name(parent, name, out.handle);
+    return 0;
+}
+
+int Client::mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out,
+                  std::uint32_t meta_index)
+{
+    Impl &m = *impl_;
+    if (meta_index >= m.meta_servers.size())
+        return -EINVAL;
+    if (meta_index == handle_server(parent))
+        return mkdir(parent, name, mode, out);
+    if (!valid_name(name))
+        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+    m.forget_name(parent, name);
+    // Fresh attributes: the new directory's gid and setgid follow them.
+    Attr dir;
+    if (const int rc = m.getattr(parent, dir, false); rc != 0)
+        return rc;
+    if (dir.type != ObjectType::directory)
+        return -ENOTDIR;
+    proto::MkdirObjectResponse made;
+    if (const int rc =
+            m.call_body(m.meta_servers[meta_index], proto::MkdirObjectRequest{dir, mode}, made);
+        rc != 0)
+        return rc;
+    proto::LinkDirResponse linked;
+    if (const int rc = m.meta_call(
+            parent, proto::LinkDirRequest{parent, std::string(name), made.attr.handle}, linked);
+        rc != 0) {
+        // Nothing names the new directory: take it away again.  If that
+        // fails too, pvfs-fsck finds it.
+        if (const int undo = m.remove_dir_object(made.attr.handle); undo != 0)
+            gossip::warning(gossip::Mask::client,
+                            "remote mkdir: directory {:016x} left without a name: {}",
+                            made.attr.handle, error_text(undo));
+        return rc;
+    }
+    m.forget(parent);
+    out = made.attr;
     m.remember(out);
     m.remember_name(parent, name, out.handle);
     return 0;
@@ -1021,6 +1126,8 @@ int Client::unlink(Handle parent, std::string_view name)
     if (const int rc = m.meta_call(parent, proto::RemoveRequest{parent, std::string(name)}, r);
         rc != 0)
         return rc;
+    if (r.handle == no_handle) // a dangling entry: only the name went
+        return 0;
     m.forget(r.handle);
     if (r.type == ObjectType::regular && r.nlink_after == 0)
         m.remove_objects(r.handle, r.layout);
@@ -1034,7 +1141,9 @@ int Client::rmdir(Handle parent, std::string_view name)
         return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     proto::RmdirResponse r;
     m.forget_name(parent, name);
-    return m.meta_call(parent, proto::RmdirRequest{parent, std::string(name)}, r);
+    const int rc = m.meta_call(parent, proto::RmdirRequest{parent, std::string(name)}, r);
+    // EXDEV: the entry names a directory of another metadata server.
+    return rc == -EXDEV ? m.rmdir_remote(parent, name) : rc;
 }
 
 int Client::rename(Handle old_parent, std::string_view old_name, Handle new_parent,
@@ -1183,8 +1292,25 @@ int Client::statfs(StatFs &out)
     return 0;
 }
 
+namespace {
+
+// The layout as an extended attribute (docs/protocol.md "pvfs.layout"):
+// computed from layout_get/layout_set, never stored as an xattr.
+constexpr std::string_view layout_xattr = "pvfs.layout";
+
+} // namespace
+
 int Client::xattr_get(Handle handle, std::string_view name, std::vector<std::byte> &value)
 {
+    if (name == layout_xattr) {
+        Layout l;
+        if (const int rc = layout_get(handle, l); rc != 0)
+            return rc == -EINVAL ? -ENODATA : rc;
+        const std::string text = layout::to_text(l);
+        const auto *bytes = reinterpret_cast<const std::byte *>(text.data());
+        value.assign(bytes, bytes + text.size());
+        return 0;
+    }
     proto::XattrGetResponse r;
     if (const int rc =
             impl_->meta_call(handle, proto::XattrGetRequest{handle, std::string(name)}, r);
@@ -1197,6 +1323,19 @@ int Client::xattr_get(Handle handle, std::string_view name, std::vector<std::byt
 int Client::xattr_set(Handle handle, std::string_view name, std::span<const std::byte> value,
                       std::uint32_t flags)
 {
+    if (name == layout_xattr) {
+        // Every file and directory has a layout: "create only" cannot succeed.
+        if ((flags & XATTR_CREATE) != 0)
+            return -EEXIST;
+        Layout current;
+        if (const int rc = layout_get(handle, current); rc != 0)
+            return rc;
+        const std::string_view text(reinterpret_cast<const char *>(value.data()), value.size());
+        Layout wanted;
+        if (layout::from_text(text, current, wanted) != nullptr)
+            return -EINVAL;
+        return layout_set(handle, wanted);
+    }
     proto::XattrSetResponse r;
     impl_->forget(handle);
     return impl_->meta_call(handle,
@@ -1211,11 +1350,19 @@ int Client::xattr_list(Handle handle, std::vector<std::string> &names)
     if (const int rc = impl_->meta_call(handle, proto::XattrListRequest{handle}, r); rc != 0)
         return rc;
     names = std::move(r.names);
+    Attr a;
+    if (const int rc = impl_->getattr(handle, a); rc != 0)
+        return rc;
+    if (a.type == ObjectType::regular || a.type == ObjectType::directory)
+        names.emplace_back(layout_xattr);
     return 0;
 }
 
 int Client::xattr_remove(Handle handle, std::string_view name)
 {
+    if (name == layout_xattr)
+        return -EPERM; // a layout can be changed, not removed
+
     proto::XattrRemoveResponse r;
     impl_->forget(handle);
     return impl_->meta_call(handle, proto::XattrRemoveRequest{handle, std::string(name)}, r);
@@ -1262,6 +1409,11 @@ int Client::list_objects(std::uint32_t data_index, std::uint64_t cookie, std::ui
     if (data_index >= m.data_servers.size())
         return -EINVAL;
     return m.call_body(m.data_servers[data_index], proto::ListObjectsRequest{cookie, max}, out);
+}
+
+int Client::remove_orphan_dir(Handle handle)
+{
+    return impl_->remove_dir_object(handle);
 }
 
 int Client::remove_object(std::uint32_t data_index, Handle handle)

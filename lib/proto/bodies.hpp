@@ -87,10 +87,40 @@ requires(Is<B, LookupRequest> || Is<B, RemoveRequest> || Is<B, RmdirRequest>) vo
 
 template <class Io, class B>
 requires(Is<B, GetattrRequest> || Is<B, ReadlinkRequest> || Is<B, FsyncRequest> ||
-         Is<B, RemoveObjectRequest> || Is<B, XattrListRequest> ||
-         Is<B, LayoutGetRequest>) void fields(Io &io, B &b)
+         Is<B, RemoveObjectRequest> || Is<B, XattrListRequest> || Is<B, LayoutGetRequest> ||
+         Is<B, RemoveDirObjectRequest>) void fields(Io &io, B &b)
 {
     io.num(b.handle);
+}
+
+template <class Io, Is<MkdirObjectRequest> B> void fields(Io &io, B &b)
+{
+    fields(io, b.parent);
+    if (b.parent.type != ObjectType::directory) {
+        io.fail_if_decoding(DecodeError::bad_value, "mkdir_object parent not a directory");
+    }
+    io.mode(b.mode);
+}
+
+template <class Io, Is<LinkDirRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.parent);
+    io.name(b.name);
+    io.num(b.handle);
+}
+
+template <class Io, Is<RetireDirRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.flag(b.retire);
+}
+
+template <class Io, Is<UnlinkDirRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.parent);
+    io.name(b.name);
+    io.num(b.handle);
+    io.num(b.owner_uid);
 }
 
 template <class Io, Is<SetattrRequest> B> void fields(Io &io, B &b)
@@ -248,7 +278,8 @@ template <class Io, Is<StatusResponse> B> void fields(Io &io, B &b)
 template <class Io, class B>
 requires(Is<B, LookupResponse> || Is<B, GetattrResponse> || Is<B, SetattrResponse> ||
          Is<B, MkdirResponse> || Is<B, MknodResponse> || Is<B, SymlinkResponse> ||
-         Is<B, LinkResponse>) void fields(Io &io, B &b)
+         Is<B, LinkResponse> || Is<B, MkdirObjectResponse> ||
+         Is<B, RetireDirResponse>) void fields(Io &io, B &b)
 {
     fields(io, b.attr);
 }

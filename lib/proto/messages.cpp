@@ -88,6 +88,16 @@ static_assert(body_for<Op::layout_set, RequestBody, LayoutSetRequest>);
 static_assert(body_for<Op::layout_set, ResponseBody, LayoutSetResponse>);
 static_assert(body_for<Op::list_handles, RequestBody, ListHandlesRequest>);
 static_assert(body_for<Op::list_handles, ResponseBody, ListHandlesResponse>);
+static_assert(body_for<Op::mkdir_object, RequestBody, MkdirObjectRequest>);
+static_assert(body_for<Op::mkdir_object, ResponseBody, MkdirObjectResponse>);
+static_assert(body_for<Op::link_dir, RequestBody, LinkDirRequest>);
+static_assert(body_for<Op::link_dir, ResponseBody, LinkDirResponse>);
+static_assert(body_for<Op::retire_dir, RequestBody, RetireDirRequest>);
+static_assert(body_for<Op::retire_dir, ResponseBody, RetireDirResponse>);
+static_assert(body_for<Op::unlink_dir, RequestBody, UnlinkDirRequest>);
+static_assert(body_for<Op::unlink_dir, ResponseBody, UnlinkDirResponse>);
+static_assert(body_for<Op::remove_dir_object, RequestBody, RemoveDirObjectRequest>);
+static_assert(body_for<Op::remove_dir_object, ResponseBody, RemoveDirObjectResponse>);
 
 constexpr std::array<const char *, op_count> op_names = {
     "get_config",      "status",        "lookup",       "getattr",    "setattr",
@@ -95,7 +105,8 @@ constexpr std::array<const char *, op_count> op_names = {
     "readlink",        "remove",        "rmdir",        "rename",     "readdir",
     "statfs",          "read",          "write",        "fsync",      "object_sizes",
     "truncate_object", "remove_object", "list_objects", "xattr_get",  "xattr_set",
-    "xattr_list",      "xattr_remove",  "layout_get",   "layout_set", "list_handles"};
+    "xattr_list",      "xattr_remove",  "layout_get",   "layout_set", "list_handles",
+    "mkdir_object",    "link_dir",      "retire_dir",   "unlink_dir", "remove_dir_object"};
 
 // Parsers indexed by op - 1: each emplaces its body alternative and reads
 // its fields.

@@ -189,6 +189,33 @@ public:
     // root only.
     [[nodiscard]] int layout_set(const Credentials &cred, Handle handle, const Layout &layout);
 
+    // ---- remote directories (docs/metadata.md "Remote directories") ----
+    // These are the steps of a mkdir and an rmdir that span two metadata
+    // servers; the client drives them.  The directory's server cannot see
+    // the parent, so the parent's server does the permission checks.
+    //
+    // On the directory's server: a directory with no entry, owned by the
+    // caller, whose mode, gid and layout follow `parent` (another server's
+    // directory; only server 0's may have remote children: -EXDEV).
+    [[nodiscard]] int mkdir_object(const Credentials &cred, const Attr &parent, std::uint32_t mode,
+                                   Attr &out);
+    // On the parent's server: the entry (parent, name) -> handle (another
+    // server's directory), with mkdir's checks (-EEXIST, -EACCES, -EMLINK).
+    [[nodiscard]] int link_dir(const Credentials &cred, Handle parent, std::string_view name,
+                               Handle handle);
+    // On the directory's server: retire marks an empty remote directory
+    // (-ENOTEMPTY otherwise) so that adding an entry to it fails with
+    // -ENOENT; retire == false takes the mark back.  `out`: its attributes.
+    [[nodiscard]] int retire_dir(Handle handle, bool retire, Attr &out);
+    // On the parent's server: rmdir's checks and removal of (parent, name),
+    // only while it names `handle` (else -ENOENT); owner_uid is the
+    // directory's owner, for the sticky bit.
+    [[nodiscard]] int unlink_dir(const Credentials &cred, Handle parent, std::string_view name,
+                                 Handle handle, std::uint32_t owner_uid);
+    // On the directory's server: removes a retired directory (-EBUSY if
+    // it is not retired).
+    [[nodiscard]] int remove_dir_object(Handle handle);
+
 private:
     friend class Store;
     struct State;

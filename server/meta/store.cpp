@@ -245,6 +245,44 @@ int WriteBatch::layout_set(const Credentials &cred, Handle handle, const Layout 
                : batch_ended;
 }
 
+int WriteBatch::mkdir_object(const Credentials &cred, const Attr &parent, std::uint32_t mode,
+                             Attr &out)
+{
+    return state_ ? state_->run(
+                        [&](ops::Tx &tx) { return ops::mkdir_object(tx, cred, parent, mode, out); })
+                  : batch_ended;
+}
+
+int WriteBatch::link_dir(const Credentials &cred, Handle parent, std::string_view name,
+                         Handle handle)
+{
+    return state_ ? state_->run(
+                        [&](ops::Tx &tx) { return ops::link_dir(tx, cred, parent, name, handle); })
+                  : batch_ended;
+}
+
+int WriteBatch::retire_dir(Handle handle, bool retire, Attr &out)
+{
+    return state_
+               ? state_->run([&](ops::Tx &tx) { return ops::retire_dir(tx, handle, retire, out); })
+               : batch_ended;
+}
+
+int WriteBatch::unlink_dir(const Credentials &cred, Handle parent, std::string_view name,
+                           Handle handle, std::uint32_t owner_uid)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::unlink_dir(tx, cred, parent, name, handle, owner_uid);
+    })
+                  : batch_ended;
+}
+
+int WriteBatch::remove_dir_object(Handle handle)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) { return ops::remove_dir_object(tx, handle); })
+                  : batch_ended;
+}
+
 // ---- Store ----
 
 Store::Store() noexcept = default;

@@ -6,8 +6,10 @@
 
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -244,6 +247,15 @@ ATF_TEST_CASE_BODY(namespace_operations)
     require_rc(c->create(dir.handle, "file", 0644, true, {}, f), -EEXIST, "exclusive create");
     const auto data = test::pattern(200000, 3);
     require_rc(c->write(f.handle, 0, data), 200000, "write");
+    ATF_REQUIRE_EQ(f.size, 0U);
+    // Opening an existing file with O_CREAT (not exclusive) gives its real
+    // size (a new file's size is known to be 0 without asking the data servers).
+    Attr again;
+    bool created = true;
+    require_rc(c->create(dir.handle, "file", 0644, false, {}, again, &created), 0, "create again");
+    ATF_REQUIRE(!created);
+    ATF_REQUIRE_EQ(again.handle, f.handle);
+    ATF_REQUIRE_EQ(again.size, 200000U);
     // A hard link, a rename, a symlink, and paths through them.
     Attr linked;
     require_rc(c->link(f.handle, root_handle, "hard", linked), 0, "link");
@@ -450,6 +462,71 @@ ATF_TEST_CASE_BODY(full_storage_reports_enospc)
     require_rc(rc, -ENOSPC, "writing 32 MiB into 3 x 4 MiB");
 }
 
+namespace {
+
+std::string xattr_text(client::Client &c, Handle h, const std::string &name)
+{
+    std::vector<std::byte> value;
+    require_rc(c.xattr_get(h, name, value), 0, "getxattr " + name);
+    return {reinterpret_cast<const char *>(value.data()), value.size()};
+}
+
+int set_xattr_text(client::Client &c, Handle h, const std::string &name, const std::string &text,
+                   std::uint32_t flags = 0)
+{
+    return c.xattr_set(h, name, std::as_bytes(std::span(text.data(), text.size())), flags);
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(layout_as_xattr);
+ATF_TEST_CASE_BODY(layout_as_xattr)
+{
+    Cluster cl;
+    auto c = cl.connect();
+    Attr dir;
+    require_rc(c->mkdir(root_handle, "striped", 0755, dir), 0, "mkdir");
+    ATF_REQUIRE_EQ(xattr_text(*c, dir.handle, "pvfs.layout"),
+                   "stripe_size=65536 stripe_count=3 first_server=0");
+    // Setting a directory's layout: what its new files get.
+    require_rc(set_xattr_text(*c, dir.handle, "pvfs.layout", "stripe_count=2,first_server=1"), 0,
+               "setxattr on the directory");
+    Attr f;
+    require_rc(c->create(dir.handle, "f", 0644, true, {}, f), 0, "create");
+    ATF_REQUIRE_EQ(xattr_text(*c, f.handle, "pvfs.layout"),
+                   "stripe_size=65536 stripe_count=2 first_server=1");
+    // An empty file's layout can change; one with data cannot.
+    require_rc(set_xattr_text(*c, f.handle, "pvfs.layout", "stripe_size=128KiB"), 0,
+               "setxattr on an empty file");
+    Layout l;
+    require_rc(c->layout_get(f.handle, l), 0, "layout_get");
+    ATF_REQUIRE(l == (Layout{128U << 10U, 2, 1}));
+    const auto data = test::pattern(300000, 5);
+    require_rc(c->write(f.handle, 0, data), 300000, "write");
+    require_rc(set_xattr_text(*c, f.handle, "pvfs.layout", "stripe_count=1"), -EBUSY,
+               "setxattr on a file with data");
+    // Listed; not removable; bad text and XATTR_CREATE refused.
+    std::vector<std::string> names;
+    require_rc(c->xattr_list(f.handle, names), 0, "listxattr");
+    ATF_REQUIRE(std::find(names.begin(), names.end(), "pvfs.layout") != names.end());
+    require_rc(c->xattr_remove(f.handle, "pvfs.layout"), -EPERM, "removexattr");
+    require_rc(set_xattr_text(*c, dir.handle, "pvfs.layout", "stripe_count=lots"), -EINVAL,
+               "setxattr with bad text");
+    require_rc(set_xattr_text(*c, dir.handle, "pvfs.layout", "stripe_count=9"), -EINVAL,
+               "setxattr with more servers than the cluster has");
+    require_rc(set_xattr_text(*c, dir.handle, "pvfs.layout", "stripe_count=1", XATTR_CREATE),
+               -EEXIST, "setxattr XATTR_CREATE");
+    // The data is where the layout says and reads back.
+    std::vector<std::byte> back(data.size());
+    require_rc(c->read(f.handle, 0, back), 300000, "read");
+    ATF_REQUIRE(back == data);
+    // Symlinks have no layout.
+    Attr sl;
+    require_rc(c->symlink(root_handle, "sl", "striped", sl), 0, "symlink");
+    std::vector<std::byte> value;
+    require_rc(c->xattr_get(sl.handle, "pvfs.layout", value), -ENODATA, "getxattr on a symlink");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, round_trips_around_stripes);
@@ -461,4 +538,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, restart_keeps_synced_data);
     ATF_ADD_TEST_CASE(tcs, data_server_killed_mid_write);
     ATF_ADD_TEST_CASE(tcs, full_storage_reports_enospc);
+    ATF_ADD_TEST_CASE(tcs, layout_as_xattr);
 }

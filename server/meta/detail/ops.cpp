@@ -162,14 +162,50 @@ void touch_dir(const Tx &tx, Inode &dir) noexcept
     dir.attr.ctime = tx.now;
 }
 
+// A retired directory (the first step of removing a remote directory)
+// is marked in the meta table under "retired:" and its handle, so the
+// inode record keeps its format.
+class RetiredKey {
+public:
+    explicit RetiredKey(Handle handle) noexcept
+    {
+        std::memcpy(buf_.data(), prefix.data(), prefix.size());
+        const Key h(handle);
+        std::memcpy(buf_.data() + prefix.size(), h.bytes().data(), 8);
+    }
+    [[nodiscard]] Bytes bytes() const noexcept { return {buf_.data(), buf_.size()}; }
+
+private:
+    static constexpr std::string_view prefix = "retired:";
+    std::array<std::uint8_t, 16> buf_{};
+};
+
+[[nodiscard]] int is_retired(const Tx &tx, Handle dir, bool &out) noexcept
+{
+    Bytes v;
+    const int rc = get(tx, tx.tables->meta, RetiredKey(dir).bytes(), v);
+    out = rc == 0;
+    return rc == -ENOENT ? 0 : rc;
+}
+
+[[nodiscard]] bool is_remote(const Tx &tx, Handle h) noexcept
+{
+    return h != no_handle && handle_server(h) != tx.server;
+}
+
 // Adds name -> child to dir with a new, larger seq; the directory's size
-// and times follow.
+// and times follow.  A retired directory is as good as gone: -ENOENT.
 [[nodiscard]] int add_entry(const Tx &tx, Handle dir, std::string_view name, Handle child,
                             ObjectType type) noexcept
 {
     Inode d;
     if (const int rc = load(tx, dir, d); rc != 0)
         return rc;
+    bool retired = false;
+    if (const int rc = is_retired(tx, dir, retired); rc != 0)
+        return rc;
+    if (retired)
+        return -ENOENT;
     Dirent entry{child, type, 0};
     if (const int rc = take_counter(tx, records::key_next_seq, UINT64_MAX, entry.seq); rc != 0)
         return rc;
@@ -376,7 +412,11 @@ void touch_dir(const Tx &tx, Inode &dir) noexcept
         Inode inode;
         if (const int rc = load(tx, h, inode); rc != 0)
             return rc;
-        if (inode.parent == h || inode.parent == no_handle)
+        // A remote directory's parent lives on another server.  Remote
+        // directories are only made below server 0's directories and never
+        // move (EXDEV), so no chain leaves a server and comes back: what
+        // is above here cannot be `ancestor`.
+        if (inode.parent == h || inode.parent == no_handle || is_remote(tx, inode.parent))
             return 0;
         h = inode.parent;
     }
@@ -549,6 +589,13 @@ int lookup(Tx &tx, const Credentials &cred, Handle parent, std::string_view name
     Dirent entry;
     if (const int rc = find_entry(tx, parent, name, entry); rc != 0)
         return rc;
+    if (is_remote(tx, entry.child)) {
+        // A remote directory: its attributes are its own server's to give.
+        out = Attr{};
+        out.handle = entry.child;
+        out.type = entry.type;
+        return 0;
+    }
     return getattr(tx, entry.child, out);
 }
 
@@ -855,9 +902,25 @@ int unlink(Tx &tx, const Credentials &cred, Handle parent, std::string_view name
     Dirent entry;
     if (const int rc = find_entry(tx, parent, name, entry); rc != 0)
         return rc;
+    if (is_remote(tx, entry.child))
+        return -EISDIR; // only directories are remote
     Inode victim;
-    if (const int rc = load(tx, entry.child, victim); rc != 0)
-        return rc;
+    const int loaded = load(tx, entry.child, victim);
+    if (loaded == -ENOENT) {
+        // A dangling entry (its inode lost to damage): the name alone goes,
+        // so pvfs-fsck --repair and rm can clear it.  Checked as if root
+        // owned the lost object: in a sticky directory only its owner or
+        // root may remove it.
+        out = Removed{};
+        Attr lost;
+        lost.uid = 0;
+        lost.type = ObjectType::regular;
+        if (const int check = perm::may_delete(cred, dir.attr, lost); check != 0)
+            return check;
+        return remove_entry(tx, parent, name);
+    }
+    if (loaded != 0)
+        return loaded;
     if (const int rc = perm::may_delete(cred, dir.attr, victim.attr); rc != 0)
         return rc;
     if (victim.attr.type == ObjectType::directory)
@@ -1089,6 +1152,115 @@ int layout_set(Tx &tx, const Credentials &cred, Handle handle, const Layout &lay
     inode.attr.layout = layout;
     inode.attr.ctime = tx.now;
     return save(tx, inode);
+}
+
+// ---- remote directories ----
+
+int mkdir_object(Tx &tx, const Credentials &cred, const Attr &parent, std::uint32_t mode, Attr &out)
+{
+    // Only server 0's directories get remote children: so no chain of
+    // parents leaves a server and returns to it, which is what keeps
+    // is_ancestor (and so rename) sound without asking other servers.
+    if (parent.type != ObjectType::directory || !is_remote(tx, parent.handle) ||
+        handle_server(parent.handle) != 0)
+        return -EXDEV;
+    if (!valid_layout(parent.layout))
+        return -EINVAL;
+    std::uint64_t id = 0;
+    if (const int rc = take_counter(tx, records::key_next_id, handle_id_mask + 1, id); rc != 0)
+        return rc;
+    const perm::NewOwner owner = perm::new_object(cred, parent, ObjectType::directory, mode);
+    Inode inode;
+    Attr &a = inode.attr;
+    a.handle = make_handle(tx.server, id);
+    a.type = ObjectType::directory;
+    a.mode = owner.mode;
+    a.uid = owner.uid;
+    a.gid = owner.gid;
+    a.nlink = 2;
+    a.atime = a.mtime = a.ctime = tx.now;
+    a.layout = parent.layout;
+    inode.parent = parent.handle;
+    if (const int rc = save(tx, inode); rc != 0)
+        return rc;
+    out = a;
+    return 0;
+}
+
+int link_dir(Tx &tx, const Credentials &cred, Handle parent, std::string_view name, Handle handle)
+{
+    Inode dir;
+    if (const int rc = prepare_create(tx, cred, parent, name, dir); rc != 0)
+        return rc;
+    if (!is_remote(tx, handle))
+        return -EINVAL;
+    if (dir.attr.nlink >= tx.max_links)
+        return -EMLINK;
+    if (const int rc = add_entry(tx, parent, name, handle, ObjectType::directory); rc != 0)
+        return rc;
+    return adjust_nlink(tx, parent, +1);
+}
+
+int retire_dir(Tx &tx, Handle handle, bool retire, Attr &out)
+{
+    Inode inode;
+    if (const int rc = load_dir(tx, handle, inode); rc != 0)
+        return rc;
+    // Only a remote directory is removed in steps; a local one by rmdir.
+    if (!is_remote(tx, inode.parent))
+        return -EINVAL;
+    const RetiredKey key(handle);
+    if (retire) {
+        if (inode.attr.size != 0)
+            return -ENOTEMPTY;
+        const std::array<std::uint8_t, 8> zero{};
+        if (const int rc = put(tx, tx.tables->meta, key.bytes(), zero); rc != 0)
+            return rc;
+    } else if (const int rc = del(tx, tx.tables->meta, key.bytes()); rc != 0 && rc != -ENOENT) {
+        return rc;
+    }
+    out = inode.attr;
+    return 0;
+}
+
+int unlink_dir(Tx &tx, const Credentials &cred, Handle parent, std::string_view name, Handle handle,
+               std::uint32_t owner_uid)
+{
+    Inode dir;
+    if (const int rc = open_dir(tx, cred, parent, name, dir); rc != 0)
+        return rc;
+    Dirent entry;
+    if (const int rc = find_entry(tx, parent, name, entry); rc != 0)
+        return rc;
+    // The name was changed meanwhile: what it names now is not ours to drop.
+    if (entry.child != handle || !is_remote(tx, handle))
+        return -ENOENT;
+    Attr victim;
+    victim.handle = handle;
+    victim.type = ObjectType::directory;
+    victim.uid = owner_uid;
+    if (const int rc = perm::may_delete(cred, dir.attr, victim); rc != 0)
+        return rc;
+    if (const int rc = remove_entry(tx, parent, name); rc != 0)
+        return rc;
+    return adjust_nlink(tx, parent, -1);
+}
+
+int remove_dir_object(Tx &tx, Handle handle)
+{
+    Inode inode;
+    if (const int rc = load_dir(tx, handle, inode); rc != 0)
+        return rc;
+    bool retired = false;
+    if (const int rc = is_retired(tx, handle, retired); rc != 0)
+        return rc;
+    if (!retired)
+        return -EBUSY;
+    if (inode.attr.size != 0)
+        return -EIO; // a retired directory takes no entries
+    if (const int rc = del(tx, tx.tables->meta, RetiredKey(handle).bytes()); rc != 0)
+        return rc;
+    return destroy(tx, inode);
 }
 
 } // namespace pvfs::meta::ops

@@ -88,6 +88,16 @@ struct Tx {
                                std::string_view name);
 [[nodiscard]] int layout_set(Tx &tx, const Credentials &cred, Handle handle, const Layout &layout);
 
+// ---- remote directories (docs/metadata.md "Remote directories") ----
+[[nodiscard]] int mkdir_object(Tx &tx, const Credentials &cred, const Attr &parent,
+                               std::uint32_t mode, Attr &out);
+[[nodiscard]] int link_dir(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
+                           Handle handle);
+[[nodiscard]] int retire_dir(Tx &tx, Handle handle, bool retire, Attr &out);
+[[nodiscard]] int unlink_dir(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
+                             Handle handle, std::uint32_t owner_uid);
+[[nodiscard]] int remove_dir_object(Tx &tx, Handle handle);
+
 } // namespace pvfs::meta::ops
 
 #endif // PVFS_META_OPS_HPP

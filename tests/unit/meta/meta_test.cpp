@@ -1133,6 +1133,130 @@ ATF_TEST_CASE_BODY(records_decode)
     check(rec::decode_order(huge, oe), -EIO, "order name too long");
 }
 
+// Remote directories over two stores (servers 0 and 1), each step as the
+// client drives it: mkdir_object on 1, link_dir on 0; retire, unlink_dir,
+// remove_dir_object; and what the parent's server refuses about them.
+ATF_TEST_CASE_WITHOUT_HEAD(remote_directories);
+ATF_TEST_CASE_BODY(remote_directories)
+{
+    Store s0;
+    open_store(s0);
+    Store s1;
+    meta::Options o1 = options(1);
+    o1.path = "store1";
+    open_store(s1, o1);
+    const Handle top1 = pvfs::make_handle(1, 1);
+
+    // A setgid parent of server 0: the new directory takes its gid and bit.
+    const Handle shared = mkdir(s0, root, root_handle, "shared", 02777);
+    Attr changed;
+    perm::AttrChange chgrp;
+    chgrp.mask = perm::set_gid;
+    chgrp.gid = 555;
+    check(one(s0, [&](WriteBatch &b) { return b.setattr(root, shared, chgrp, changed); }), 0,
+          "chgrp shared");
+    perm::AttrChange setgid;
+    setgid.mask = perm::set_mode;
+    setgid.mode = 02777;
+    check(one(s0, [&](WriteBatch &b) { return b.setattr(root, shared, setgid, changed); }), 0,
+          "chmod g+s shared");
+    const Attr parent = getattr(s0, shared);
+    Attr h;
+    check(one(s1, [&](WriteBatch &b) { return b.mkdir_object(owner, parent, 0750, h); }), 0,
+          "mkdir_object");
+    ATF_REQUIRE_EQ(pvfs::handle_server(h.handle), 1U);
+    ATF_REQUIRE_EQ(h.uid, 100U);
+    ATF_REQUIRE_EQ(h.gid, 555U);
+    ATF_REQUIRE_EQ(h.mode, 02750U);
+    ATF_REQUIRE_EQ(h.nlink, 2U);
+    ATF_REQUIRE(h.layout == parent.layout);
+    // Only server 0's directories get remote children; never a local one.
+    Attr no;
+    const Attr top1_attr = getattr(s1, top1);
+    check(one(s0, [&](WriteBatch &b) { return b.mkdir_object(root, top1_attr, 0755, no); }), -EXDEV,
+          "mkdir_object below server 1 on server 0");
+    check(one(s1, [&](WriteBatch &b) { return b.mkdir_object(root, top1_attr, 0755, no); }), -EXDEV,
+          "mkdir_object below a local directory");
+
+    const auto link_dir = [](Store &s, const Credentials &c, Handle p, const std::string &name,
+                             Handle child) {
+        return one(s, [&](WriteBatch &b) { return b.link_dir(c, p, name, child); });
+    };
+    check(link_dir(s0, other, root_handle, "r", h.handle), -EACCES, "link_dir without w");
+    check(link_dir(s0, owner, shared, "shared", h.handle), 0, "link_dir into itself by name");
+    ATF_REQUIRE(names(s0, shared) == std::vector<std::string>{"shared"});
+    check(link_dir(s0, owner, shared, "shared", h.handle), -EEXIST, "link_dir twice");
+    const Handle local = create(s0, root, root_handle, "file");
+    check(link_dir(s0, root, root_handle, "x", local), -EINVAL, "link_dir of a local handle");
+    ATF_REQUIRE_EQ(getattr(s0, shared).nlink, 3U);
+
+    // The parent's server gives only the handle and type; the rest is 1's.
+    Attr stub;
+    check(s0.lookup(owner, shared, "shared", stub), 0, "lookup the remote dir");
+    ATF_REQUIRE_EQ(stub.handle, h.handle);
+    ATF_REQUIRE(stub.type == ObjectType::directory);
+    Attr dummy;
+    check(unlink(s0, root, shared, "shared"), -EISDIR, "unlink of the remote entry");
+    check(one(s0, [&](WriteBatch &b) { return b.rmdir(root, shared, "shared"); }), -EXDEV,
+          "plain rmdir of the remote entry");
+    check(rename(s0, root, shared, "shared", root_handle, "moved"), -EXDEV, "rename it");
+    check(rename(s0, root, root_handle, "file", shared, "shared"), -EXDEV, "rename onto it");
+    check(one(s0, [&](WriteBatch &b) { return b.link(root, h.handle, root_handle, "l", dummy); }),
+          -EXDEV, "link it");
+
+    // Inside it, server 1 works as usual; directories move below it.
+    const Handle a = mkdir(s1, owner, h.handle, "a");
+    const Handle b = mkdir(s1, owner, h.handle, "b");
+    check(rename(s1, owner, h.handle, "a", b, "a"), 0, "rename a into b");
+    check(rename(s1, owner, h.handle, "b", a, "b"), -EINVAL, "rename b below itself");
+
+    // Retire refuses a non-empty directory; a retired one takes no entries.
+    Attr retired;
+    const auto retire = [&](Handle dir, bool on) {
+        return one(s1, [&](WriteBatch &w) { return w.retire_dir(dir, on, retired); });
+    };
+    check(retire(h.handle, true), -ENOTEMPTY, "retire a non-empty dir");
+    check(retire(top1, true), -EINVAL, "retire a local directory");
+    check(one(s1, [&](WriteBatch &w) { return w.rmdir(owner, b, "a"); }), 0, "rmdir b/a");
+    check(one(s1, [&](WriteBatch &w) { return w.rmdir(owner, h.handle, "b"); }), 0, "rmdir b");
+    check(retire(h.handle, true), 0, "retire the empty dir");
+    ATF_REQUIRE_EQ(retired.uid, 100U);
+    meta::CreateResult made;
+    check(
+        one(s1,
+            [&](WriteBatch &w) { return w.create(owner, h.handle, "late", 0644, true, {}, made); }),
+        -ENOENT, "create in a retired directory");
+    check(retire(h.handle, false), 0, "un-retire");
+    create(s1, owner, h.handle, "late");
+    check(unlink(s1, owner, h.handle, "late"), 0, "unlink late");
+
+    // unlink_dir: rmdir's checks, and only while the name is the handle's.
+    const auto unlink_dir = [&](const Credentials &c, Handle expected, std::uint32_t uid) {
+        return one(s0,
+                   [&](WriteBatch &w) { return w.unlink_dir(c, shared, "shared", expected, uid); });
+    };
+    check(unlink_dir(root, pvfs::make_handle(1, 999), 100), -ENOENT, "unlink_dir, other handle");
+    perm::AttrChange sticky;
+    sticky.mask = perm::set_mode;
+    sticky.mode = 01777;
+    check(one(s0, [&](WriteBatch &w) { return w.setattr(root, shared, sticky, changed); }), 0,
+          "chmod +t shared");
+    check(unlink_dir(other, h.handle, 100), -EPERM, "unlink_dir by a stranger in a sticky dir");
+    check(one(s1, [&](WriteBatch &w) { return w.remove_dir_object(h.handle); }), -EBUSY,
+          "remove a directory that is not retired");
+    check(retire(h.handle, true), 0, "retire again");
+    check(unlink_dir(owner, h.handle, 100), 0, "unlink_dir by the owner");
+    ATF_REQUIRE(names(s0, shared).empty());
+    ATF_REQUIRE_EQ(getattr(s0, shared).nlink, 2U);
+    check(one(s1, [&](WriteBatch &w) { return w.remove_dir_object(h.handle); }), 0,
+          "remove_dir_object");
+    Attr gone;
+    check(s1.getattr(root, h.handle, gone), -ENOENT, "getattr after removal");
+    meta::HandlePage page;
+    check(s1.list_handles(0, 100, page), 0, "list_handles");
+    ATF_REQUIRE(page.handles == std::vector<Handle>{top1});
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, open_and_handles);
@@ -1149,4 +1273,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, group_commit_rate);
     ATF_ADD_TEST_CASE(tcs, enospc_tiny_map);
     ATF_ADD_TEST_CASE(tcs, records_decode);
+    ATF_ADD_TEST_CASE(tcs, remote_directories);
 }

@@ -257,7 +257,12 @@ ATF_TEST_CASE_BODY(op_numbers_and_names)
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::xattr_set)), "xattr_set");
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::list_handles)), "list_handles");
     ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(0))), "unknown");
-    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(31))), "unknown");
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::mkdir_object), 31);
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::remove_dir_object), 35);
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::mkdir_object)), "mkdir_object");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::unlink_dir)), "unlink_dir");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::remove_dir_object)), "remove_dir_object");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(36))), "unknown");
     const proto::Request req = samples::request(proto::TruncateObjectRequest{});
     ATF_REQUIRE(req.op() == proto::Op::truncate_object);
     // The op is on the wire at bytes 6..7.
@@ -337,7 +342,7 @@ ATF_TEST_CASE_BODY(wrong_version)
 ATF_TEST_CASE_WITHOUT_HEAD(wrong_op);
 ATF_TEST_CASE_BODY(wrong_op)
 {
-    for (const std::uint16_t op : {0, 31, 0x1000, 0xFFFF}) {
+    for (const std::uint16_t op : {0, proto::op_count + 1, 0x1000, 0xFFFF}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u16(m, 6, op);
         resign(m);
@@ -565,6 +570,34 @@ ATF_TEST_CASE_BODY(bad_values)
     require_request_error(
         samples::request(XattrSetRequest{.handle = 1, .name = "user.a", .flags = 4}),
         DecodeError::bad_value, "xattr flags 4");
+
+    // The remote-directory bodies check their fields too.
+    pvfs::Attr not_dir = samples::dir_attr();
+    not_dir.type = pvfs::ObjectType::regular;
+    require_request_error(samples::request(MkdirObjectRequest{.parent = not_dir, .mode = 0755}),
+                          DecodeError::bad_value, "mkdir_object parent a file");
+    require_request_error(
+        samples::request(MkdirObjectRequest{.parent = samples::dir_attr(), .mode = 010000}),
+        DecodeError::bad_value, "mkdir_object mode 010000");
+    pvfs::Attr bad_time = samples::dir_attr();
+    bad_time.mtime.nsec = 1'000'000'000;
+    require_request_error(samples::request(MkdirObjectRequest{.parent = bad_time, .mode = 0755}),
+                          DecodeError::bad_value, "mkdir_object parent nsec 1e9");
+    for (const char *name : {"", "..", "a/b"}) {
+        require_request_error(
+            samples::request(LinkDirRequest{.parent = 1, .name = name, .handle = 2}),
+            DecodeError::bad_value, std::string("link_dir name '") + name + "'");
+        require_request_error(
+            samples::request(UnlinkDirRequest{.parent = 1, .name = name, .handle = 2}),
+            DecodeError::bad_value, std::string("unlink_dir name '") + name + "'");
+    }
+    require_request_error(
+        samples::request(LinkDirRequest{.parent = 1, .name = std::string(pvfs::max_name + 1, 'n')}),
+        DecodeError::too_long, "link_dir name 256");
+    auto retire = encoded(samples::request(RetireDirRequest{.handle = 5, .retire = true}));
+    retire.at(retire.size() - proto::mac_size - 1) = std::byte{2};
+    resign(retire);
+    require_error(decode_request(retire), DecodeError::bad_value, "retire_dir bool 2");
 
     // Object type 0 and 8, bool 2: patched into valid messages.
     auto m = encoded(samples::response(GetattrResponse{.attr = samples::attr(1)}));

@@ -67,6 +67,17 @@ inline pvfs::Attr attr(std::uint64_t seed)
     return a;
 }
 
+// A remote directory's parent as mkdir_object carries it.
+inline pvfs::Attr dir_attr()
+{
+    pvfs::Attr a = attr(11);
+    a.handle = pvfs::root_handle;
+    a.type = pvfs::ObjectType::directory;
+    a.mode = 02775;
+    a.rdev = 0;
+    return a;
+}
+
 inline pvfs::Credentials credentials()
 {
     pvfs::Credentials c{.uid = 4242, .gid = 4343, .groups = {}};
@@ -144,6 +155,12 @@ inline std::vector<proto::RequestBody> request_bodies()
         LayoutGetRequest{.handle = h},
         LayoutSetRequest{.handle = d, .layout = {1U << 22U, 4, 1}},
         ListHandlesRequest{.cookie = 99, .max = 5000},
+        MkdirObjectRequest{.parent = dir_attr(), .mode = 02755},
+        LinkDirRequest{.parent = d, .name = long_name('r'), .handle = pvfs::make_handle(1, 77)},
+        RetireDirRequest{.handle = pvfs::make_handle(1, 77), .retire = true},
+        UnlinkDirRequest{
+            .parent = d, .name = "remote", .handle = pvfs::make_handle(1, 77), .owner_uid = 4242},
+        RemoveDirObjectRequest{.handle = pvfs::make_handle(1, 78)},
     };
 }
 
@@ -208,6 +225,11 @@ inline std::vector<proto::ResponseBody> response_bodies()
         LayoutSetResponse{},
         ListHandlesResponse{
             .handles = {pvfs::root_handle, pvfs::make_handle(0, 2)}, .next_cookie = 0, .eof = true},
+        MkdirObjectResponse{.attr = attr(9)},
+        LinkDirResponse{},
+        RetireDirResponse{.attr = attr(10)},
+        UnlinkDirResponse{},
+        RemoveDirObjectResponse{},
     };
 }
 
