@@ -57,9 +57,14 @@ std::uint16_t free_port()
     return ntohs(sin.sin_port);
 }
 
-ClusterFiles write_cluster(const fs::path &dir, const std::vector<ServerSpec> &specs,
-                           const std::string &extra_defaults)
+namespace {
+
+ClusterFiles write_cluster_at(const fs::path &dir, const std::vector<ServerSpec> &specs,
+                              const std::vector<std::string> *addresses,
+                              const std::string &extra_defaults)
 {
+    if (addresses != nullptr && addresses->size() != specs.size())
+        throw std::invalid_argument("write_cluster: one address per server");
     ClusterFiles f;
     f.dir = fs::absolute(dir);
     fs::create_directories(f.dir);
@@ -70,15 +75,18 @@ ClusterFiles write_cluster(const fs::path &dir, const std::vector<ServerSpec> &s
     std::string text = fmt::format("[filesystem]\nname = \"testfs\"\nid = 4242\nkey_file = "
                                    "\"{}\"\n\n[defaults]\n{}\n",
                                    f.key_path, extra_defaults);
-    for (const ServerSpec &s : specs) {
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+        const ServerSpec &s = specs[i];
         std::string roles;
         if (s.metadata)
             roles += "\"metadata\"";
         if (s.data)
             roles += std::string(roles.empty() ? "" : ", ") + "\"data\"";
-        text += fmt::format("[[server]]\nname = \"{}\"\naddresses = [\"tcp://127.0.0.1:{}\"]\n"
+        const std::string address =
+            addresses != nullptr ? (*addresses)[i] : fmt::format("tcp://127.0.0.1:{}", free_port());
+        text += fmt::format("[[server]]\nname = \"{}\"\naddresses = [\"{}\"]\n"
                             "roles = [{}]\nstorage = \"{}\"\n\n",
-                            s.name, free_port(), roles, (f.dir / s.name).string());
+                            s.name, address, roles, (f.dir / s.name).string());
     }
     std::ofstream(f.config_path) << text;
     config::Result r = config::load_file(f.config_path);
@@ -88,8 +96,29 @@ ClusterFiles write_cluster(const fs::path &dir, const std::vector<ServerSpec> &s
     return f;
 }
 
+} // namespace
+
+ClusterFiles write_cluster(const fs::path &dir, const std::vector<ServerSpec> &specs,
+                           const std::string &extra_defaults)
+{
+    return write_cluster_at(dir, specs, nullptr, extra_defaults);
+}
+
+ClusterFiles write_cluster(const fs::path &dir, const std::vector<ServerSpec> &specs,
+                           const std::vector<std::string> &addresses,
+                           const std::string &extra_defaults)
+{
+    return write_cluster_at(dir, specs, &addresses, extra_defaults);
+}
+
 ServerProcess::ServerProcess(const std::string &binary, const ClusterFiles &files,
                              const std::string &name)
+    : ServerProcess(binary, files, name, {})
+{
+}
+
+ServerProcess::ServerProcess(const std::string &binary, const ClusterFiles &files,
+                             const std::string &name, const std::vector<std::string> &wrapper)
     : log_((files.dir / (name + ".log")).string())
 {
     const std::string pid_file = (files.dir / (name + ".pid")).string();
@@ -107,14 +136,20 @@ ServerProcess::ServerProcess(const std::string &binary, const ClusterFiles &file
             ::dup2(log_fd, STDERR_FILENO);
         }
         const std::string config = files.config_path;
-        std::vector<std::string> args{binary,  "-c", config,       "--name", name,
-                                      "--log", log_, "--pid-file", pid_file};
+        std::vector<std::string> args = wrapper;
+        for (const std::string &a :
+             {binary, std::string("-c"), config, std::string("--name"), name, std::string("--log"),
+              log_, std::string("--pid-file"), pid_file})
+            args.push_back(a);
         std::vector<char *> argv;
         argv.reserve(args.size() + 1);
         for (std::string &a : args)
             argv.push_back(a.data());
         argv.push_back(nullptr);
-        ::execv(binary.c_str(), argv.data());
+        if (wrapper.empty())
+            ::execv(binary.c_str(), argv.data());
+        else
+            ::execvp(args.front().c_str(), argv.data());
         ::_exit(127);
     }
     // Ready once the pid file exists (written after it listens).

@@ -42,11 +42,20 @@ struct ClusterFiles {
 };
 ClusterFiles write_cluster(const std::filesystem::path &dir, const std::vector<ServerSpec> &specs,
                            const std::string &extra_defaults = "");
+// The same with each server's address given ("tcp://198.18.1.2:3334"),
+// addresses[i] for specs[i], for servers that are not on loopback.
+ClusterFiles write_cluster(const std::filesystem::path &dir, const std::vector<ServerSpec> &specs,
+                           const std::vector<std::string> &addresses,
+                           const std::string &extra_defaults);
 
 // A running pvfs-server; SIGTERM then SIGKILL and reaped when destroyed.
 class ServerProcess {
 public:
     ServerProcess(const std::string &binary, const ClusterFiles &files, const std::string &name);
+    // Run through `wrapper`, a command that execs the rest of its arguments
+    // (e.g. {"ip", "netns", "exec", "ns1"}), so pid() is still the server's.
+    ServerProcess(const std::string &binary, const ClusterFiles &files, const std::string &name,
+                  const std::vector<std::string> &wrapper);
     ~ServerProcess();
     ServerProcess(const ServerProcess &) = delete;
     ServerProcess &operator=(const ServerProcess &) = delete;
