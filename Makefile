@@ -27,7 +27,7 @@ endif
 KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
 
 .PHONY: fuzz fuzz-build
-.PHONY: all configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net
+.PHONY: all configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net bench-fs
 
 all: configure
 	@ninja -C $(BUILD)
@@ -89,10 +89,13 @@ dkms-install:
 
 # Benchmarks: each writes bench/results/<name>/ (data.csv, summary.md,
 # summary.json, plots).  QUICK=1 runs the short version used by make check.
-bench: bench-net
+bench: bench-net bench-fs
 
 bench-net: all
 	@bench/net/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD)
+
+bench-fs: all
+	@bench/fs/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD)
 
 clean:
 	rm -rf $(SRC)/build $(SRC)/build-san $(SRC)/build-fuzz
@@ -107,3 +110,4 @@ help:
 	@echo "make vm-shell     boot a guest with pvfs.ko loaded (CMD=... to run a command)"
 	@echo "make lint         clang-format and clang-tidy over user-space sources"
 	@echo "make dkms-install register kmod/ with DKMS for every installed kernel"
+	@echo "make bench-fs     file-system benchmark into bench/results/fs/ (QUICK=1: short run)"

@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""Checks what bench/fs/run wrote (used by fs_test).
+
+    check_fs_results.py OUT [--profiles]
+
+OUT must hold data.csv, summary.md, summary.json and the plots; data.csv must
+have a positive result for every point and repetition of every phase;
+summary.json must have exactly one entry per target of the issue, each with
+numeric value and baseline and computed fields (ratio = value / baseline;
+met from the ratio or, for the absolute goals, from the value).  With
+--profiles, out/profiles/ must hold both perf profiles, linked from
+summary.md.  Prints every problem found and exits 1 if there is any.
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+
+REPS = 3
+CLIENTS = (1, 2, 4)
+STRIPES = (1, 2, 4)
+MD_CLIENTS = (1, 4)
+FILES = ("data.csv", "summary.md", "summary.json", "invocations.csv", "cpu.csv", "bench.png",
+         "mdtest.png")
+PROFILES = ("bench-C4-S4-write.txt", "mdtest-C1-create.txt")
+
+problems = []
+
+
+def problem(message):
+    problems.append(message)
+
+
+def positive(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def expected_targets():
+    """name -> (compare, goal text, bound)"""
+    names = {}
+    for op in ("write", "read"):
+        for s in (2, 4):
+            for c in CLIENTS:
+                names[f"aggregate {op} C={c} S={s} vs min(tcp, tmpfs)"] = ("ratio", ">= 0.70",
+                                                                          0.70)
+    for op in ("in", "out"):
+        names[f"pvfs-cp 1GiB {op}"] = ("value", ">= 600 MiB/s", 600.0)
+    for suffix in ("", " --separate"):
+        names[f"creates/s 1 client durable{suffix}"] = ("value", ">= 1500", 1500.0)
+        names[f"creates/s 4 clients durable{suffix}"] = ("value", ">= 4000", 4000.0)
+    return names
+
+
+def check_summary(out):
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError) as e:
+        problem(f"summary.json does not parse: {e}")
+        return None
+    if not isinstance(summary, dict):
+        problem("summary.json is not an object")
+        return None
+    if summary.get("bench") != "fs":
+        problem(f"bench is {summary.get('bench')!r}, not 'fs'")
+    if not isinstance(summary.get("quick"), bool):
+        problem("quick is not a boolean")
+    machine = summary.get("machine")
+    if not (isinstance(machine, str) and "CPUs" in machine and "Linux" in machine):
+        problem(f"machine is {machine!r}")
+    try:
+        datetime.datetime.fromisoformat(summary.get("date", ""))
+    except (TypeError, ValueError):
+        problem(f"date is not ISO 8601: {summary.get('date')!r}")
+    targets = summary.get("targets")
+    if not isinstance(targets, list):
+        problem("targets is not a list")
+        return summary
+    expected = expected_targets()
+    names = [t.get("name") for t in targets if isinstance(t, dict)]
+    if len(names) != len(targets) or len(set(names)) != len(names):
+        problem("targets are not objects with distinct names")
+    if set(names) != set(expected):
+        problem(f"target names differ: missing {sorted(set(expected) - set(names))}, "
+                f"unexpected {sorted(set(names) - set(expected))}")
+    for t in targets:
+        if not isinstance(t, dict) or t.get("name") not in expected:
+            continue
+        name = t["name"]
+        compare, goal, bound = expected[name]
+        for key in ("value", "baseline", "unit", "ratio", "target", "compare", "met"):
+            if key not in t:
+                problem(f"{name}: no {key}")
+        if t.get("target") != goal:
+            problem(f"{name}: target {t.get('target')!r}, expected {goal!r}")
+        if t.get("compare") != compare:
+            problem(f"{name}: compare {t.get('compare')!r}, expected {compare!r}")
+        if not isinstance(t.get("unit"), str) or not t.get("unit"):
+            problem(f"{name}: no unit")
+        value, baseline, ratio = t.get("value"), t.get("baseline"), t.get("ratio")
+        if not positive(value):
+            problem(f"{name}: value {value!r} is not a positive number")
+        if not positive(baseline):
+            problem(f"{name}: baseline {baseline!r} is not a positive number")
+        if not isinstance(t.get("met"), bool):
+            problem(f"{name}: met is not a boolean")
+        if not (positive(value) and positive(baseline)):
+            continue
+        if not positive(ratio) or abs(ratio - value / baseline) > 1e-3 * (value / baseline):
+            problem(f"{name}: ratio {ratio!r} is not value / baseline = {value / baseline:.4f}")
+            continue
+        met = (ratio if compare == "ratio" else value) >= bound
+        if t.get("met") is not met:
+            problem(f"{name}: met is {t.get('met')!r}, but {compare} "
+                    f"{ratio if compare == 'ratio' else value} {goal}")
+    return summary
+
+
+def check_data(out):
+    try:
+        with open(out / "data.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        problem(f"data.csv: {e}")
+        return
+    expect = {}  # (phase, what, target, op, clients, stripes) -> reps
+    for op in ("write", "read"):
+        expect[("baseline", "tcp", "loopback", "stream", "", "")] = REPS
+        for kind in ("tmpfs", "disk"):
+            expect[("baseline", "storage", kind, op, "", "")] = REPS
+        for c in CLIENTS:
+            for s in STRIPES:
+                expect[("pvfs-bench", "pvfs", "tmpfs", op, str(c), str(s))] = REPS
+    for c in MD_CLIENTS:
+        for layout in ("shared", "separate"):
+            for target in ("pvfs", "local"):
+                for op in ("create", "stat", "remove"):
+                    expect[("pvfs-mdtest", layout, target, op, str(c), "")] = REPS
+    for what in ("pvfs", "dd"):
+        for op in ("in", "out"):
+            expect[("pvfs-cp", what, "disk", op, "", "")] = REPS
+    got = {}
+    for r in rows:
+        key = (r.get("phase"), r.get("what"), r.get("target"), r.get("op"), r.get("clients"),
+               r.get("stripes"))
+        got.setdefault(key, []).append(r.get("rep"))
+        for field in ("seconds", "value"):
+            try:
+                ok = positive(float(r.get(field) or "nan"))
+            except ValueError:
+                ok = False
+            if not ok:
+                problem(f"data.csv: {key} rep {r.get('rep')}: {field} = {r.get(field)!r}")
+    for key, reps in expect.items():
+        have = sorted(got.get(key, []))
+        if have != [str(i) for i in range(reps)]:
+            problem(f"data.csv: {key}: repetitions {have}, expected 0..{reps - 1}")
+    extra = set(got) - set(expect)
+    if extra:
+        problem(f"data.csv: unexpected rows {sorted(extra)[:3]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--profiles", action="store_true", help="the perf profiles must be there")
+    args = ap.parse_args()
+    for name in FILES + tuple(f"profiles/{p}" for p in PROFILES if args.profiles):
+        path = args.out / name
+        if not path.is_file() or path.stat().st_size == 0:
+            problem(f"{name} missing or empty")
+    check_summary(args.out)
+    check_data(args.out)
+    try:
+        md = (args.out / "summary.md").read_text()
+        for section in ("## Targets", "## Baselines", "## What limits each figure"):
+            if section not in md:
+                problem(f"summary.md has no {section!r} section")
+        if "FAILED" in md:
+            problem("summary.md reports a failure")
+        for p in PROFILES if args.profiles else ():
+            if f"(profiles/{p})" not in md:
+                problem(f"summary.md does not link profiles/{p}")
+    except OSError:
+        pass
+    for p in problems:
+        print(f"check_fs_results: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
