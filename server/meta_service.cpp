@@ -76,6 +76,7 @@ bool MetaService::handles(proto::Op op) noexcept
     case proto::Op::retire_dir:
     case proto::Op::unlink_dir:
     case proto::Op::remove_dir_object:
+    case proto::Op::access:
         return true;
     default:
         return false;
@@ -113,6 +114,7 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, proto::R
     case proto::Op::xattr_list:
     case proto::Op::layout_get:
     case proto::Op::list_handles:
+    case proto::Op::access:
         respond_read(origin, cred, body);
         return;
     default:
@@ -176,6 +178,10 @@ void MetaService::respond_read(const Origin &origin, const Credentials &cred,
         rc = store_.layout_get(cred, lg->handle, out.layout);
         if (rc == 0)
             return loop_.respond(origin, out);
+    } else if (const auto *ac = std::get_if<proto::AccessRequest>(&body)) {
+        rc = store_.access(cred, ac->handle, ac->mask);
+        if (rc == 0)
+            return loop_.respond(origin, proto::AccessResponse{});
     } else if (const auto *lh = std::get_if<proto::ListHandlesRequest>(&body)) {
         // Listing every handle is for pvfs-fsck: root only.
         if (cred.uid != 0) {

@@ -250,8 +250,8 @@ static int run(int argc, char **argv)
             fmt::print("entry without an object: {}{}\n", e.path, outcome(e.removed));
         for (const OrphanMetadata &o : f.orphan_metadata)
             fmt::print("{} {:016x} on {} reached by no entry{}\n",
-                       o.attr.type == ObjectType::directory ? "directory" : "object",
-                       o.attr.handle, o.server, outcome(o.removed));
+                       o.attr.type == ObjectType::directory ? "directory" : "object", o.attr.handle,
+                       o.server, outcome(o.removed));
         fmt::print("{} data objects, {} handles, {} directory entries checked: {}\n", f.objects,
                    f.handles, f.entries,
                    !problems ? "clean"

@@ -52,6 +52,13 @@ struct Options {
     std::uint64_t request_bytes = std::uint64_t{8} << 20U;
     // 0: the config's request_timeout.
     std::chrono::milliseconds request_timeout{0};
+    // Ask the metadata server (access, after root squash) whether the
+    // caller may read or write a file before moving its data, and whether
+    // it may write before truncating; answers are trusted for attr_timeout.
+    // Data servers take any authenticated request (docs/protocol.md "Who checks what"), so
+    // this is where a user's rights over file data are enforced.  pvfsd
+    // turns it off: the kernel checks at open, as for any file system.
+    bool check_data_access = true;
 };
 
 // What setattr changes (proto's set_* bits) plus truncation.
@@ -108,6 +115,10 @@ public:
     int resolve(std::string_view path, Attr &out, bool follow = true);
     int getattr(Handle handle, Attr &out);
     int setattr(Handle handle, const SetAttr &change, Attr &out);
+    // access(2) on the metadata server, never cached: 0 when the caller may
+    // read/write/execute the object (proto::access_read | access_write |
+    // access_exec; 0 asks whether it exists), else -EACCES or -ENOENT.
+    int access(Handle handle, std::uint32_t mask);
 
     // ---- namespace ---------------------------------------------------------
     // layout.stripe_count == 0: inherit from the parent directory.
@@ -145,7 +156,10 @@ public:
 
     // ---- data ----------------------------------------------------------
     // Reads up to buffer.size() bytes at `offset`; returns the count (short
-    // at the end of the file, 0 past it) or a negative errno.
+    // at the end of the file, 0 past it) or a negative errno.  Data calls
+    // give -EACCES when the caller may not read (write) the file
+    // (Options::check_data_access), except on files this Client created:
+    // those it may always read and write, as through the fd of open(O_CREAT).
     std::int64_t read(Handle handle, std::uint64_t offset, std::span<std::byte> buffer);
     // Writes all of `data` at `offset`; returns the count or a negative errno.
     std::int64_t write(Handle handle, std::uint64_t offset, std::span<const std::byte> data);

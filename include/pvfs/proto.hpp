@@ -97,8 +97,11 @@ enum class Op : std::uint16_t {
     retire_dir = 33,
     unlink_dir = 34,
     remove_dir_object = 35,
+    // May the caller read/write/execute an object (access(2) semantics,
+    // after root squash)?  The client library asks before moving data.
+    access = 36,
 };
-inline constexpr std::uint16_t op_count = 35;
+inline constexpr std::uint16_t op_count = 36;
 
 // "lookup", "xattr_set", ...; "unknown" for a value outside Op.
 [[nodiscard]] const char *op_name(Op op) noexcept;
@@ -352,6 +355,16 @@ struct RemoveDirObjectRequest {
     friend bool operator==(const RemoveDirObjectRequest &,
                            const RemoveDirObjectRequest &) = default;
 };
+// Bits of AccessRequest::mask (R_OK, W_OK, X_OK); 0 asks only whether the
+// object exists.
+inline constexpr std::uint32_t access_read = 4;
+inline constexpr std::uint32_t access_write = 2;
+inline constexpr std::uint32_t access_exec = 1;
+struct AccessRequest {
+    Handle handle = no_handle;
+    std::uint32_t mask = 0; // access_read | access_write | access_exec
+    friend bool operator==(const AccessRequest &, const AccessRequest &) = default;
+};
 
 // ---- response bodies, one per op, in Op order ----------------------------
 
@@ -513,6 +526,9 @@ struct RemoveDirObjectResponse {
     friend bool operator==(const RemoveDirObjectResponse &,
                            const RemoveDirObjectResponse &) = default;
 };
+struct AccessResponse {
+    friend bool operator==(const AccessResponse &, const AccessResponse &) = default;
+};
 
 // Alternative i is the body of Op i + 1: the variant's index is the op.
 using RequestBody =
@@ -523,7 +539,7 @@ using RequestBody =
                  TruncateObjectRequest, RemoveObjectRequest, ListObjectsRequest, XattrGetRequest,
                  XattrSetRequest, XattrListRequest, XattrRemoveRequest, LayoutGetRequest,
                  LayoutSetRequest, ListHandlesRequest, MkdirObjectRequest, LinkDirRequest,
-                 RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest>;
+                 RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest, AccessRequest>;
 using ResponseBody = std::variant<
     GetConfigResponse, StatusResponse, LookupResponse, GetattrResponse, SetattrResponse,
     CreateResponse, MkdirResponse, MknodResponse, SymlinkResponse, LinkResponse, ReadlinkResponse,
@@ -531,7 +547,7 @@ using ResponseBody = std::variant<
     WriteResponse, FsyncResponse, ObjectSizesResponse, TruncateObjectResponse, RemoveObjectResponse,
     ListObjectsResponse, XattrGetResponse, XattrSetResponse, XattrListResponse, XattrRemoveResponse,
     LayoutGetResponse, LayoutSetResponse, ListHandlesResponse, MkdirObjectResponse, LinkDirResponse,
-    RetireDirResponse, UnlinkDirResponse, RemoveDirObjectResponse>;
+    RetireDirResponse, UnlinkDirResponse, RemoveDirObjectResponse, AccessResponse>;
 static_assert(std::variant_size_v<RequestBody> == op_count);
 static_assert(std::variant_size_v<ResponseBody> == op_count);
 

@@ -152,6 +152,17 @@ struct Client::Impl {
     // Files this client wrote since it last told their metadata server
     // (mtime, ctime, setuid/setgid clearing happen at fsync).
     std::unordered_set<Handle> written;
+    // What the metadata server said this caller may do with a file
+    // (proto::access_* bits), until `expires`; `pinned`: the file this
+    // client created, read- and writable for the client's life like the fd
+    // of a creating open.
+    struct CachedAccess {
+        std::uint32_t granted = 0;
+        Clock::time_point expires;
+        bool pinned = false;
+    };
+    std::unordered_map<Handle, CachedAccess> access_cache;
+    static constexpr std::size_t max_cached_access = 65536;
 
     // ---- transport ----------------------------------------------------
     bmi::Addr addr_of(std::size_t server, int &error)
@@ -426,6 +437,43 @@ struct Client::Impl {
     }
 
     void forget(Handle h) { attrs.erase(h); }
+
+    // ---- rights over file data ----------------------------------------
+    int check_access(Handle h, std::uint32_t mask)
+    {
+        if (!options.check_data_access)
+            return 0;
+        const auto now = Clock::now();
+        const auto it = access_cache.find(h);
+        if (it != access_cache.end() && (it->second.granted & mask) == mask &&
+            (it->second.pinned || now < it->second.expires))
+            return 0;
+        proto::AccessResponse r;
+        if (const int rc = meta_call(h, proto::AccessRequest{h, mask}, r); rc != 0)
+            return rc;
+        if (options.attr_timeout.count() <= 0)
+            return 0;
+        if (access_cache.size() >= max_cached_access)
+            std::erase_if(access_cache, [](const auto &e) { return !e.second.pinned; });
+        CachedAccess &e = access_cache[h];
+        if (!e.pinned && now >= e.expires)
+            e.granted = 0;
+        e.granted |= mask;
+        e.expires = now + options.attr_timeout;
+        return 0;
+    }
+    void pin_access(Handle h)
+    {
+        if (access_cache.size() >= max_cached_access)
+            std::erase_if(access_cache, [](const auto &e) { return !e.second.pinned; });
+        access_cache[h] = CachedAccess{proto::access_read | proto::access_write, {}, true};
+    }
+    // A chmod or chown may change what the caller may do.
+    void forget_access(Handle h)
+    {
+        if (const auto it = access_cache.find(h); it != access_cache.end() && !it->second.pinned)
+            access_cache.erase(it);
+    }
     void forget_name(Handle parent, std::string_view name)
     {
         names.erase(name_key(parent, name));
@@ -807,6 +855,7 @@ void Client::forget_cache()
 {
     impl_->attrs.clear();
     impl_->names.clear();
+    std::erase_if(impl_->access_cache, [](const auto &e) { return !e.second.pinned; });
 }
 
 // ---- names and attributes --------------------------------------------------
@@ -903,11 +952,21 @@ int Client::getattr(Handle handle, Attr &out)
     return impl_->getattr(handle, out);
 }
 
+int Client::access(Handle handle, std::uint32_t mask)
+{
+    proto::AccessResponse r;
+    return impl_->meta_call(handle, proto::AccessRequest{handle, mask}, r);
+}
+
 int Client::setattr(Handle handle, const SetAttr &change, Attr &out)
 {
     Impl &m = *impl_;
     std::uint32_t mask = change.mask;
+    m.forget_access(handle);
     if (change.truncate) {
+        // The data servers would truncate for anyone: ask first.
+        if (const int rc = m.check_access(handle, proto::access_write); rc != 0)
+            return rc;
         Attr a;
         if (const int rc = m.getattr(handle, a, false); rc != 0)
             return rc;
@@ -991,6 +1050,8 @@ int Client::create(Handle parent, std::string_view name, std::uint32_t mode, boo
     out = r.attr;
     if (created != nullptr)
         *created = r.created;
+    if (r.created && out.type == ObjectType::regular)
+        m.pin_access(out.handle);
     m.remember(out);
     m.remember_name(parent, name, out.handle);
     return 0;
@@ -1192,6 +1253,8 @@ std::int64_t Client::read(Handle handle, std::uint64_t offset, std::span<std::by
         return rc;
     if (a.type != ObjectType::regular)
         return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
+    if (const int rc = impl_->check_access(handle, proto::access_read); rc != 0)
+        return rc;
     if (offset >= a.size || buffer.empty())
         return 0;
     const std::uint64_t n = std::min<std::uint64_t>(buffer.size(), a.size - offset);
@@ -1204,6 +1267,8 @@ std::int64_t Client::write(Handle handle, std::uint64_t offset, std::span<const 
 {
     if (data.empty())
         return 0;
+    if (const int rc = impl_->check_access(handle, proto::access_write); rc != 0)
+        return rc;
     const proto::Region region{offset, data.size()};
     // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): a write only reads the memory
     return impl_->io(handle, std::span(&region, 1), const_cast<std::byte *>(data.data()),
@@ -1215,6 +1280,8 @@ std::int64_t Client::read_list(Handle handle, std::span<const proto::Region> reg
 {
     if (regions.size() > max_io_regions * std::size_t{64})
         return -EINVAL;
+    if (const int rc = impl_->check_access(handle, proto::access_read); rc != 0)
+        return rc;
     return impl_->io(handle, regions, memory.data(), memory.size(), false);
 }
 
@@ -1223,6 +1290,8 @@ std::int64_t Client::write_list(Handle handle, std::span<const proto::Region> re
 {
     if (regions.size() > max_io_regions * std::size_t{64})
         return -EINVAL;
+    if (const int rc = impl_->check_access(handle, proto::access_write); rc != 0)
+        return rc;
     // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): a write only reads the memory
     return impl_->io(handle, regions, const_cast<std::byte *>(memory.data()), memory.size(), true);
 }

@@ -252,6 +252,15 @@ template <class Io, Is<XattrSetRequest> B> void fields(Io &io, B &b)
     }
 }
 
+template <class Io, Is<AccessRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.num(b.mask);
+    if ((b.mask & ~(access_read | access_write | access_exec)) != 0) {
+        io.fail_if_decoding(DecodeError::bad_value, "access mask has unknown bits");
+    }
+}
+
 template <class Io, Is<LayoutSetRequest> B> void fields(Io &io, B &b)
 {
     io.num(b.handle);

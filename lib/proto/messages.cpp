@@ -98,6 +98,8 @@ static_assert(body_for<Op::unlink_dir, RequestBody, UnlinkDirRequest>);
 static_assert(body_for<Op::unlink_dir, ResponseBody, UnlinkDirResponse>);
 static_assert(body_for<Op::remove_dir_object, RequestBody, RemoveDirObjectRequest>);
 static_assert(body_for<Op::remove_dir_object, ResponseBody, RemoveDirObjectResponse>);
+static_assert(body_for<Op::access, RequestBody, AccessRequest>);
+static_assert(body_for<Op::access, ResponseBody, AccessResponse>);
 
 constexpr std::array<const char *, op_count> op_names = {
     "get_config",      "status",        "lookup",       "getattr",    "setattr",
@@ -106,7 +108,8 @@ constexpr std::array<const char *, op_count> op_names = {
     "statfs",          "read",          "write",        "fsync",      "object_sizes",
     "truncate_object", "remove_object", "list_objects", "xattr_get",  "xattr_set",
     "xattr_list",      "xattr_remove",  "layout_get",   "layout_set", "list_handles",
-    "mkdir_object",    "link_dir",      "retire_dir",   "unlink_dir", "remove_dir_object"};
+    "mkdir_object",    "link_dir",      "retire_dir",   "unlink_dir", "remove_dir_object",
+    "access"};
 
 // Parsers indexed by op - 1: each emplaces its body alternative and reads
 // its fields.

@@ -261,6 +261,10 @@ public:
     [[nodiscard]] int xattr_list(const Credentials &cred, Handle handle,
                                  std::vector<std::string> &names) const;
     [[nodiscard]] int layout_get(const Credentials &cred, Handle handle, Layout &out) const;
+    // access(2): 0 when cred may read/write/execute the object (mask of
+    // perm::may_read, may_write, may_exec; 0: it exists), else -EACCES or
+    // -ENOENT.
+    [[nodiscard]] int access(const Credentials &cred, Handle handle, unsigned mask) const;
     [[nodiscard]] int statfs(Stats &out) const;
     // Every handle of the store in order, a page at a time (for fsck);
     // cookie 0 to start.

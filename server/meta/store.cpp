@@ -423,6 +423,17 @@ int Store::layout_get(const Credentials &cred, Handle handle, Layout &out) const
     return impl_->read([&](ops::Tx &tx) { return ops::layout_get(tx, handle, out); });
 }
 
+int Store::access(const Credentials &cred, Handle handle, unsigned mask) const
+{
+    if (!impl_)
+        return -EBADF;
+    Attr attr;
+    if (const int rc = impl_->read([&](ops::Tx &tx) { return ops::getattr(tx, handle, attr); });
+        rc != 0)
+        return rc;
+    return mask == 0 ? 0 : perm::may_access(cred, attr, mask);
+}
+
 int Store::statfs(Stats &out) const
 {
     if (!impl_)

@@ -1,7 +1,9 @@
-// root_squash on a real cluster (one metadata and two data servers): with
-// it, requests from uid 0 act as nobody (65534:65534) on the servers, so
-// root owns nothing it creates and gets no owner's rights over other users'
-// files; without it root keeps them.  Other uids are never changed.
+// root_squash and the rights over file data on a real cluster (one metadata
+// and two data servers): with root_squash, requests from uid 0 act as nobody
+// (65534:65534) on the servers, so root owns nothing it creates and gets no
+// owner's rights over other users' files, their bytes included; without it
+// root keeps them.  Other uids are never changed, and read/write/truncate of
+// a file's data follow its mode for every uid.
 #include <atf-c++.hpp>
 
 #include <cerrno>
@@ -234,12 +236,75 @@ ATF_TEST_CASE_BODY(squashed_root_cannot_read_data)
     const AliceFiles f = make_alice_files(cl);
     cl.restart_with_squash(true);
     auto root = cl.connect(0, 0);
-    expect_fail("product gap: data servers do not check credentials on read "
-                "(server/data_service.cpp), nor does Client::read (lib/client/client.cpp "
-                "io()), so any authenticated uid reads any file's bytes by handle");
     std::vector<std::byte> got(100000);
-    const std::int64_t rc = root->read(f.file.handle, 0, got);
-    require_rc(rc, -EACCES, "squashed root reads a 0600 file of uid 1000");
+    require_rc(root->read(f.file.handle, 0, got), -EACCES,
+               "squashed root reads a 0600 file of uid 1000");
+    const std::vector<proto::Region> regions{{0, 10}, {50, 10}};
+    std::vector<std::byte> memory(20);
+    require_rc(root->read_list(f.file.handle, regions, memory), -EACCES,
+               "squashed root list-reads a 0600 file of uid 1000");
+    require_rc(root->write(f.file.handle, 0, test::pattern(10, 9)), -EACCES,
+               "squashed root writes a 0600 file of uid 1000");
+    client::SetAttr truncate;
+    truncate.truncate = true;
+    truncate.size = 0;
+    Attr after;
+    require_rc(root->setattr(f.file.handle, truncate, after), -EACCES,
+               "squashed root truncates a 0600 file of uid 1000");
+    require_rc(root->access(f.file.handle, proto::access_read), -EACCES, "access(R_OK) as nobody");
+    require_rc(root->access(f.file.handle, 0), 0, "access(F_OK) as nobody");
+
+    // Alice's bytes are all still there.
+    auto al = cl.connect(alice, alice);
+    require_rc(al->read(f.file.handle, 0, got), 100000, "alice reads her file");
+    require(got == test::pattern(100000, 3), "alice.txt changed");
+}
+
+// Without squashing, the data of a file is guarded by its mode for every
+// uid: read needs r, write and truncate need w; a file's creator may write
+// it whatever its mode (as through the fd of open(O_CREAT)); a chmod is
+// seen by the next call.
+ATF_TEST_CASE_WITHOUT_HEAD(file_data_follows_the_mode);
+ATF_TEST_CASE_BODY(file_data_follows_the_mode)
+{
+    Cluster cl;
+    const AliceFiles f = make_alice_files(cl);
+    constexpr std::uint32_t bob = 1001;
+    auto b = cl.connect(bob, bob);
+    std::vector<std::byte> got(100000);
+    require_rc(b->read(f.file.handle, 0, got), -EACCES, "bob reads alice's 0600 file");
+    require_rc(b->write(f.file.handle, 0, test::pattern(10, 9)), -EACCES,
+               "bob writes alice's 0600 file");
+
+    auto al = cl.connect(alice, alice);
+    client::SetAttr chmod;
+    chmod.mask = proto::set_mode;
+    chmod.mode = 0644;
+    Attr after;
+    require_rc(al->setattr(f.file.handle, chmod, after), 0, "chmod 0644");
+    require_rc(b->read(f.file.handle, 0, got), 100000, "bob reads the 0644 file");
+    require(got == test::pattern(100000, 3), "bob's read of alice.txt");
+    require_rc(b->write(f.file.handle, 0, test::pattern(10, 9)), -EACCES,
+               "bob writes the 0644 file");
+    client::SetAttr truncate;
+    truncate.truncate = true;
+    truncate.size = 5;
+    require_rc(b->setattr(f.file.handle, truncate, after), -EACCES, "bob truncates the 0644 file");
+    require_rc(al->read(f.file.handle, 0, got), 100000, "alice.txt keeps its size");
+
+    chmod.mode = 0200; // write-only for alice
+    require_rc(al->setattr(f.file.handle, chmod, after), 0, "chmod 0200");
+    require_rc(al->write(f.file.handle, 0, test::pattern(10, 4)), 10, "alice writes her 0200 file");
+    require_rc(al->read(f.file.handle, 0, got), -EACCES, "alice reads her 0200 file");
+
+    // A read-only file its creator fills in, as cp of a 0444 file does.
+    Attr ro;
+    require_rc(b->create(root_handle, "bob-ro", 0444, true, {}, ro), 0, "bob creates a 0444 file");
+    require_rc(b->write(ro.handle, 0, test::pattern(4096, 5)), 4096, "bob fills his 0444 file");
+    require_rc(b->read(ro.handle, 0, got), 4096, "bob reads his 0444 file");
+    auto b2 = cl.connect(bob, bob);
+    require_rc(b2->write(ro.handle, 0, test::pattern(10, 6)), -EACCES,
+               "another client of bob writes the 0444 file");
 }
 
 ATF_INIT_TEST_CASES(tcs)
@@ -247,4 +312,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, squashed_root_is_nobody);
     ATF_ADD_TEST_CASE(tcs, unsquashed_root_keeps_its_rights);
     ATF_ADD_TEST_CASE(tcs, squashed_root_cannot_read_data);
+    ATF_ADD_TEST_CASE(tcs, file_data_follows_the_mode);
 }

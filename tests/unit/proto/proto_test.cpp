@@ -262,7 +262,9 @@ ATF_TEST_CASE_BODY(op_numbers_and_names)
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::mkdir_object)), "mkdir_object");
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::unlink_dir)), "unlink_dir");
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::remove_dir_object)), "remove_dir_object");
-    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(36))), "unknown");
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::access), 36);
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::access)), "access");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(37))), "unknown");
     const proto::Request req = samples::request(proto::TruncateObjectRequest{});
     ATF_REQUIRE(req.op() == proto::Op::truncate_object);
     // The op is on the wire at bytes 6..7.
@@ -570,6 +572,8 @@ ATF_TEST_CASE_BODY(bad_values)
     require_request_error(
         samples::request(XattrSetRequest{.handle = 1, .name = "user.a", .flags = 4}),
         DecodeError::bad_value, "xattr flags 4");
+    require_request_error(samples::request(AccessRequest{.handle = 1, .mask = 8}),
+                          DecodeError::bad_value, "access mask 8");
 
     // The remote-directory bodies check their fields too.
     pvfs::Attr not_dir = samples::dir_attr();

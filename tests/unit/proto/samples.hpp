@@ -161,6 +161,7 @@ inline std::vector<proto::RequestBody> request_bodies()
         UnlinkDirRequest{
             .parent = d, .name = "remote", .handle = pvfs::make_handle(1, 77), .owner_uid = 4242},
         RemoveDirObjectRequest{.handle = pvfs::make_handle(1, 78)},
+        AccessRequest{.handle = h, .mask = access_read | access_write},
     };
 }
 
@@ -230,6 +231,7 @@ inline std::vector<proto::ResponseBody> response_bodies()
         RetireDirResponse{.attr = attr(10)},
         UnlinkDirResponse{},
         RemoveDirObjectResponse{},
+        AccessResponse{},
     };
 }
 
