@@ -1,19 +1,131 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Internal header of pvfs.ko: what the module's files share.
- * The ABI towards pvfsd lives in include/pvfs/pvfsd_dev.h.
+ * The ABI towards pvfsd lives in include/pvfs/pvfsd_dev.h; the design in
+ * docs/plan/kernel-client.md.
+ *
+ * Two halves meet here:
+ *  - the channel (dev.c, op.c): ops queued for the daemon, matched by tag,
+ *    validated, the data slots, daemon death, replay and the grace time;
+ *  - the VFS side (super.c, inode.c, namei.c, dir.c, file.c, aops.c,
+ *    xattr.c): builds an op per request, runs it, uses its answer.
  */
 #ifndef PVFS_KMOD_PVFS_H
 #define PVFS_KMOD_PVFS_H
 
+#include <linux/fs.h>
+#include <linux/list.h>
 #include <linux/types.h>
+#include <linux/workqueue.h>
 
-/* dev.c: the /dev/pvfsd channel */
+#include "pvfs/pvfsd_dev.h"
+
+/* ---- mounts ---------------------------------------------------------- */
+
+/* Mount options (super.c parses them; /proc/mounts shows them). */
+struct pvfs_mount_opts {
+	unsigned int acregmin; /* seconds attributes of files are trusted, min */
+	unsigned int acregmax;
+	unsigned int acdirmin; /* the same for directories (and dentries) */
+	unsigned int acdirmax;
+	bool noac;	       /* no attribute caching at all */
+	bool intr;	       /* signals interrupt waits (else only SIGKILL) */
+	bool sync;	       /* writes go through at once (like O_SYNC) */
+	unsigned int timeo;    /* seconds ops wait for a (new) daemon: grace */
+};
+
+/* One mounted pvfs: the superblock's s_fs_info. */
+struct pvfs_sb_info {
+	struct super_block *sb;
+	char *source;	       /* "tcp://host:port/fs", kmalloc'd */
+	char *daemon_options;  /* options passed in ATTACH ("" if none) */
+	struct pvfs_mount_opts opts;
+	u64 root_handle;       /* from ATTACH */
+	u64 fs_id;
+	u32 max_name;
+
+	/* Owned by the channel (op.c/dev.c); the VFS side only reads mount_id. */
+	u64 mount_id;	       /* set by pvfs_mount_register, never 0 */
+	struct list_head mount_link;
+	bool registered;
+	bool failed;	       /* umount -f or grace expired: ops fail -EIO */
+	unsigned long no_daemon_since; /* jiffies; valid while no daemon */
+};
+
+/*
+ * Registers @sbi with the channel: gives it a mount_id and remembers its
+ * source and options so that a restarted daemon gets an ATTACH for it.
+ * The caller then runs the first ATTACH itself (pvfs_op_new + run).
+ */
+int pvfs_mount_register(struct pvfs_sb_info *sbi);
+/* At kill_sb, after DETACH was sent (its failure ignored). */
+void pvfs_mount_unregister(struct pvfs_sb_info *sbi);
+/* umount -f: every pending op of the mount fails with -EIO now. */
+void pvfs_mount_abort(struct pvfs_sb_info *sbi);
+
+/* ---- ops --------------------------------------------------------------- */
+
+/*
+ * One request to the daemon and its answer.  Life: pvfs_op_new, fill the
+ * body (and tail), maybe pvfs_op_get_slot and fill the slot, pvfs_op_run,
+ * read the answer, pvfs_op_put.  The fields below are the VFS side's; the
+ * rest of the struct is op.c's (struct pvfs_op is defined there).
+ */
+struct pvfs_op;
+
+/*
+ * A new op @opcode of mount @sbi (NULL only for ops of no mount) whose
+ * upcall body (struct pvfsd_*_req + tail) is @req_len bytes, answered by a
+ * downcall body of at most @resp_max bytes.  The body is zeroed and its
+ * struct pvfsd_req_common is filled in (mount id, the caller's fsuid,
+ * fsgid and groups).  ERR_PTR(-ENOMEM), or -EINVAL when the sizes exceed
+ * PVFSD_DEV_MAX_MSG.
+ */
+struct pvfs_op *pvfs_op_new(struct pvfs_sb_info *sbi, enum pvfsd_op opcode,
+			    size_t req_len, size_t resp_max);
+/* The upcall body to fill in: @req_len bytes after the header. */
+void *pvfs_op_req(struct pvfs_op *op);
+
+/*
+ * Sends the op and waits for its answer: killable, and interruptible too on
+ * an "intr" mount.  With no daemon attached it waits at most the mount's
+ * grace time (timeo) for one.  Returns the daemon's status (0 or a negative
+ * errno) or -EIO (grace expired, umount -f), -EINTR/-ERESTARTSYS (signal),
+ * -ENOTCONN (no daemon when the op is for no mount).  On 0,
+ * pvfs_op_resp() is the downcall body, already checked by the channel
+ * against the op's downcall rules (docs/plan/kernel-client.md section 1).
+ * An op runs once.
+ */
+int pvfs_op_run(struct pvfs_op *op);
+/* The downcall body and its length (valid after pvfs_op_run returned 0). */
+const void *pvfs_op_resp(const struct pvfs_op *op);
+size_t pvfs_op_resp_len(const struct pvfs_op *op);
+
+/*
+ * READ/WRITE: takes a data slot for the op, waiting (killable / intr) for
+ * one to be free, and sets the slot index in the op; the caller fills
+ * struct pvfsd_io_req.slot from pvfs_op_slot().  The slot stays the op's
+ * until pvfs_op_put, and longer when the op was abandoned while the
+ * daemon may still use it.
+ */
+int pvfs_op_get_slot(struct pvfs_op *op);
+unsigned int pvfs_op_slot(const struct pvfs_op *op);
+/* Kernel address of the op's slot, pvfs_slot_size() bytes. */
+void *pvfs_op_slot_addr(const struct pvfs_op *op);
+/* Bytes per slot (0 before any daemon said HELLO). */
+size_t pvfs_slot_size(void);
+
+/* Drops the caller's reference (NULL and ERR_PTR are ignored). */
+void pvfs_op_put(struct pvfs_op *op);
+
+/* ---- the channel --------------------------------------------------------- */
+
 int pvfs_dev_init(void);
 void pvfs_dev_exit(void);
 bool pvfs_dev_daemon_attached(void);
 
-/* super.c: the "pvfs" file system type */
+/* ---- the file system type ------------------------------------------------- */
+
 int pvfs_fs_init(void);
 void pvfs_fs_exit(void);
 
