@@ -15,24 +15,33 @@ static int __init pvfs_init(void)
 {
 	int err;
 
-	err = pvfs_dev_init();
+	err = pvfs_inode_cache_init();
 	if (err)
 		return err;
 
+	err = pvfs_dev_init();
+	if (err)
+		goto out_inodes;
+
 	err = pvfs_fs_init();
-	if (err) {
-		pvfs_dev_exit();
-		return err;
-	}
+	if (err)
+		goto out_dev;
 
 	pr_info("loaded (channel protocol %u)\n", PVFSD_DEV_VERSION);
 	return 0;
+
+out_dev:
+	pvfs_dev_exit();
+out_inodes:
+	pvfs_inode_cache_exit();
+	return err;
 }
 
 static void __exit pvfs_exit(void)
 {
 	pvfs_fs_exit();
 	pvfs_dev_exit();
+	pvfs_inode_cache_exit();
 	pr_info("unloaded\n");
 }
 

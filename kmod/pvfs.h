@@ -118,6 +118,18 @@ size_t pvfs_slot_size(void);
 /* Drops the caller's reference (NULL and ERR_PTR are ignored). */
 void pvfs_op_put(struct pvfs_op *op);
 
+/* ---- inodes (inode.c) ---------------------------------------------------- */
+
+int pvfs_inode_cache_init(void);
+void pvfs_inode_cache_exit(void);
+/* super_operations hooks super.c installs */
+struct inode *pvfs_alloc_inode(struct super_block *sb);
+void pvfs_free_inode(struct inode *inode);
+/* The inode of @attr's handle, created or refreshed from @attr; ERR_PTR. */
+struct inode *pvfs_iget(struct super_block *sb, const struct pvfsd_attr *attr);
+/* For sb->s_d_op (namei.c); NULL until revalidation exists. */
+extern const struct dentry_operations pvfs_dentry_ops;
+
 /* ---- the channel --------------------------------------------------------- */
 
 int pvfs_dev_init(void);
