@@ -49,8 +49,12 @@ struct pvfs_sb_info {
 	struct list_head mount_link;
 	bool registered;
 	bool failed;	       /* umount -f or grace expired: ops fail -EIO */
-	unsigned long no_daemon_since; /* jiffies; valid while no daemon */
+	bool attached;	       /* the current daemon answered its ATTACH */
+	struct delayed_work grace_work; /* fails the mount's ops at timeo */
 };
+
+/* statfs f_type of pvfs: "PVFS" */
+#define PVFS_SUPER_MAGIC 0x50564653
 
 /*
  * Registers @sbi with the channel: gives it a mount_id and remembers its
