@@ -34,42 +34,42 @@ enum pvfs_op_kind {
 
 struct pvfs_op {
 	refcount_t ref;
-	enum pvfs_op_state state;	/* under pvfs_chan.lock */
+	enum pvfs_op_state state; /* under pvfs_chan.lock */
 	enum pvfs_op_kind kind;
 	u16 opcode;
 	u64 tag;
 	u64 mount_id;
-	struct pvfs_sb_info *sbi;	/* KIND_CALL only */
-	struct list_head queue_link;	/* on pvfs_chan.queue */
-	struct hlist_node sent_link;	/* in pvfs_chan.sent */
+	struct pvfs_sb_info *sbi;    /* KIND_CALL only */
+	struct list_head queue_link; /* on pvfs_chan.queue */
+	struct hlist_node sent_link; /* in pvfs_chan.sent */
 	struct completion done;
-	int status;			/* 0 or -errno, valid in DONE */
-	int slot;			/* -1: none */
+	int status; /* 0 or -errno, valid in DONE */
+	int slot;   /* -1: none */
 
-	size_t up_len;			/* header + body */
+	size_t up_len; /* header + body */
 	struct pvfsd_msg_hdr *up;
-	size_t resp_max;		/* downcall body bytes accepted */
-	void *down;			/* the downcall body, kvmalloc'd */
+	size_t resp_max; /* downcall body bytes accepted */
+	void *down;	 /* the downcall body, kvmalloc'd */
 	size_t down_len;
 };
 
 struct pvfs_chan {
 	spinlock_t lock;
-	struct list_head queue;		/* QUEUED ops, oldest first */
-	DECLARE_HASHTABLE(sent, 8);	/* SENT and ABANDONED ops by tag */
-	wait_queue_head_t readq;	/* the daemon's read() and poll() */
-	bool open;			/* a daemon holds the device */
-	bool hello_done;		/* ... and said HELLO */
-	bool hello_to_send;		/* the HELLO answer is the next read */
+	struct list_head queue;	    /* QUEUED ops, oldest first */
+	DECLARE_HASHTABLE(sent, 8); /* SENT and ABANDONED ops by tag */
+	wait_queue_head_t readq;    /* the daemon's read() and poll() */
+	bool open;		    /* a daemon holds the device */
+	bool hello_done;	    /* ... and said HELLO */
+	bool hello_to_send;	    /* the HELLO answer is the next read */
 	u64 next_tag;
-	struct list_head mounts;	/* registered pvfs_sb_info */
+	struct list_head mounts; /* registered pvfs_sb_info */
 	u64 next_mount_id;
 
 	/* the data slots: made at the first HELLO, kept until unload */
 	void *slots;
 	u32 slot_size;
 	u32 slot_count;
-	unsigned long *slot_map;	/* set bit: taken */
+	unsigned long *slot_map; /* set bit: taken */
 	wait_queue_head_t slotq;
 };
 
@@ -83,7 +83,6 @@ void pvfs_chan_daemon_hello(void);
 int pvfs_chan_make_slots(u32 slot_size, u32 slot_count);
 void pvfs_chan_free_slots(void);
 /* Completes @op with the daemon's answer (@down is taken over). */
-void pvfs_chan_answer(struct pvfs_op *op, int status, void *down,
-		      size_t down_len);
+void pvfs_chan_answer(struct pvfs_op *op, int status, void *down, size_t down_len);
 
 #endif /* PVFS_KMOD_CHAN_H */

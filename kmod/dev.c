@@ -121,8 +121,7 @@ static struct pvfs_op *pvfs_dev_next(size_t count, bool *hello, int *err)
 	*hello = false;
 	*err = 0;
 	if (pvfs_chan.hello_to_send) {
-		if (count < sizeof(struct pvfsd_msg_hdr) +
-				    sizeof(struct pvfsd_hello)) {
+		if (count < sizeof(struct pvfsd_msg_hdr) + sizeof(struct pvfsd_hello)) {
 			*err = -EINVAL;
 			return NULL;
 		}
@@ -130,8 +129,7 @@ static struct pvfs_op *pvfs_dev_next(size_t count, bool *hello, int *err)
 		*hello = true;
 		return NULL;
 	}
-	op = list_first_entry_or_null(&pvfs_chan.queue, struct pvfs_op,
-				      queue_link);
+	op = list_first_entry_or_null(&pvfs_chan.queue, struct pvfs_op, queue_link);
 	if (!op)
 		return NULL;
 	if (count < op->up_len) {
@@ -149,8 +147,7 @@ static struct pvfs_op *pvfs_dev_next(size_t count, bool *hello, int *err)
 	return op;
 }
 
-static ssize_t pvfs_dev_read(struct file *file, char __user *buf,
-			     size_t count, loff_t *ppos)
+static ssize_t pvfs_dev_read(struct file *file, char __user *buf, size_t count, loff_t *ppos)
 {
 	struct pvfs_dev_file *df = file->private_data;
 	struct pvfs_op *op;
@@ -172,8 +169,7 @@ static ssize_t pvfs_dev_read(struct file *file, char __user *buf,
 			break;
 		if (file->f_flags & O_NONBLOCK)
 			return -EAGAIN;
-		err = wait_event_interruptible(pvfs_chan.readq,
-					       pvfs_dev_readable());
+		err = wait_event_interruptible(pvfs_chan.readq, pvfs_dev_readable());
 		if (err)
 			return err;
 	}
@@ -201,18 +197,15 @@ static ssize_t pvfs_dev_read(struct file *file, char __user *buf,
 
 /* ---- write: HELLO and downcalls ---- */
 
-#define pvfs_bad(fmt, ...)                                                   \
-	({                                                                   \
-		pr_warn_ratelimited("refused a message from pvfsd: " fmt "\n", \
-				    ##__VA_ARGS__);                          \
-		-EINVAL;                                                     \
+#define pvfs_bad(fmt, ...)                                                                         \
+	({                                                                                         \
+		pr_warn_ratelimited("refused a message from pvfsd: " fmt "\n", ##__VA_ARGS__);     \
+		-EINVAL;                                                                           \
 	})
 
-static ssize_t pvfs_dev_hello(struct pvfs_dev_file *df, const void *msg,
-			      size_t len)
+static ssize_t pvfs_dev_hello(struct pvfs_dev_file *df, const void *msg, size_t len)
 {
-	const struct pvfsd_hello *hello =
-		msg + sizeof(struct pvfsd_msg_hdr);
+	const struct pvfsd_hello *hello = msg + sizeof(struct pvfsd_msg_hdr);
 	int err;
 
 	if (df->hello)
@@ -250,8 +243,7 @@ static int pvfs_check_attr(const struct pvfsd_attr *a)
 		return pvfs_bad("object type %u", a->type);
 	if (a->mode & ~07777u)
 		return pvfs_bad("mode %o", a->mode);
-	if (!pvfs_time_ok(&a->atime) || !pvfs_time_ok(&a->mtime) ||
-	    !pvfs_time_ok(&a->ctime))
+	if (!pvfs_time_ok(&a->atime) || !pvfs_time_ok(&a->mtime) || !pvfs_time_ok(&a->ctime))
 		return pvfs_bad("a time with nanoseconds out of range");
 	return 0;
 }
@@ -266,11 +258,9 @@ static int pvfs_check_name(const char *name, u32 len)
 	return 0;
 }
 
-static int pvfs_check_readdir(const struct pvfs_op *op, const void *body,
-			      size_t len)
+static int pvfs_check_readdir(const struct pvfs_op *op, const void *body, size_t len)
 {
-	const struct pvfsd_readdir_req *req =
-		(const void *)(op->up + 1);
+	const struct pvfsd_readdir_req *req = (const void *)(op->up + 1);
 	const struct pvfsd_readdir_resp *resp = body;
 	size_t pos = sizeof(*resp);
 	u32 i;
@@ -281,8 +271,7 @@ static int pvfs_check_readdir(const struct pvfs_op *op, const void *body,
 	if (resp->eof > 1)
 		return pvfs_bad("READDIR eof %u", resp->eof);
 	if (len - sizeof(*resp) > req->max_bytes)
-		return pvfs_bad("READDIR entries beyond the %u bytes asked",
-				req->max_bytes);
+		return pvfs_bad("READDIR entries beyond the %u bytes asked", req->max_bytes);
 	for (i = 0; i < resp->count; i++) {
 		const struct pvfsd_dirent *de = body + pos;
 		size_t step;
@@ -290,15 +279,11 @@ static int pvfs_check_readdir(const struct pvfs_op *op, const void *body,
 		if (len - pos < sizeof(*de))
 			return pvfs_bad("READDIR entry %u truncated", i);
 		if (de->handle == 0 || de->cookie == 0)
-			return pvfs_bad("READDIR entry %u: handle or cookie 0",
-					i);
-		if (de->type < PVFSD_TYPE_REGULAR ||
-		    de->type > PVFSD_TYPE_BLOCK_DEVICE)
-			return pvfs_bad("READDIR entry %u: type %u", i,
-					de->type);
+			return pvfs_bad("READDIR entry %u: handle or cookie 0", i);
+		if (de->type < PVFSD_TYPE_REGULAR || de->type > PVFSD_TYPE_BLOCK_DEVICE)
+			return pvfs_bad("READDIR entry %u: type %u", i, de->type);
 		if (de->name_len < 1 || de->name_len > PVFSD_MAX_NAME)
-			return pvfs_bad("READDIR entry %u: name of %u bytes", i,
-					de->name_len);
+			return pvfs_bad("READDIR entry %u: name of %u bytes", i, de->name_len);
 		step = ALIGN(sizeof(*de) + de->name_len, 8);
 		if (len - pos < step)
 			return pvfs_bad("READDIR entry %u truncated", i);
@@ -311,21 +296,19 @@ static int pvfs_check_readdir(const struct pvfs_op *op, const void *body,
 		pos += step;
 	}
 	if (pos != len)
-		return pvfs_bad("READDIR: %zu bytes after %u entries", len - pos,
-				resp->count);
+		return pvfs_bad("READDIR: %zu bytes after %u entries", len - pos, resp->count);
 	return 0;
 }
 
 /* Checks a successful downcall's body against what @op asked. */
-static int pvfs_check_body(const struct pvfs_op *op, const void *body,
-			   size_t len)
+static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t len)
 {
 	const void *req = op->up + 1;
 	int err;
 
 	if (len > op->resp_max && op->opcode != PVFSD_OP_READDIR)
-		return pvfs_bad("op %u: answer of %zu bytes, at most %zu expected",
-				op->opcode, len, op->resp_max);
+		return pvfs_bad("op %u: answer of %zu bytes, at most %zu expected", op->opcode, len,
+				op->resp_max);
 
 	switch (op->opcode) {
 	case PVFSD_OP_ATTACH: {
@@ -350,8 +333,7 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body,
 	case PVFSD_OP_SYMLINK:
 	case PVFSD_OP_LINK:
 		if (len != sizeof(struct pvfsd_attr_resp))
-			return pvfs_bad("op %u: attributes of %zu bytes",
-					op->opcode, len);
+			return pvfs_bad("op %u: attributes of %zu bytes", op->opcode, len);
 		return pvfs_check_attr(body);
 	case PVFSD_OP_CREATE: {
 		const struct pvfsd_create_resp *r = body;
@@ -375,8 +357,7 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body,
 	case PVFSD_OP_XATTR_SET:
 	case PVFSD_OP_XATTR_REMOVE:
 		if (len)
-			return pvfs_bad("op %u: %zu bytes where none belong",
-					op->opcode, len);
+			return pvfs_bad("op %u: %zu bytes where none belong", op->opcode, len);
 		return 0;
 	case PVFSD_OP_READLINK: {
 		const struct pvfsd_readlink_resp *r = body;
@@ -385,8 +366,7 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body,
 			return pvfs_bad("READLINK answer of %zu bytes", len);
 		if (r->target_len < 1 || r->target_len > PVFSD_MAX_SYMLINK ||
 		    len != sizeof(*r) + r->target_len)
-			return pvfs_bad("READLINK target of %u bytes in %zu",
-					r->target_len, len);
+			return pvfs_bad("READLINK target of %u bytes in %zu", r->target_len, len);
 		if (memchr(r + 1, '\0', r->target_len))
 			return pvfs_bad("READLINK target with NUL");
 		return 0;
@@ -401,8 +381,7 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body,
 		if (len != sizeof(*r) || r->pad)
 			return pvfs_bad("I/O answer of %zu bytes", len);
 		if (r->done > q->length)
-			return pvfs_bad("I/O of %u bytes done, %u asked", r->done,
-					q->length);
+			return pvfs_bad("I/O of %u bytes done, %u asked", r->done, q->length);
 		return 0;
 	}
 	case PVFSD_OP_STATFS: {
@@ -410,9 +389,8 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body,
 
 		if (len != sizeof(*r))
 			return pvfs_bad("STATFS answer of %zu bytes", len);
-		if (r->bsize == 0 || r->namelen == 0 ||
-		    r->namelen > PVFSD_MAX_NAME || r->bfree > r->blocks ||
-		    r->bavail > r->blocks || r->ffree > r->files)
+		if (r->bsize == 0 || r->namelen == 0 || r->namelen > PVFSD_MAX_NAME ||
+		    r->bfree > r->blocks || r->bavail > r->blocks || r->ffree > r->files)
 			return pvfs_bad("STATFS figures inconsistent");
 		return 0;
 	}
@@ -431,8 +409,8 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body,
 			return 0;
 		}
 		if (r->size > q->value_len || len != sizeof(*r) + r->size)
-			return pvfs_bad("xattr of %u bytes in %zu (room %u)",
-					r->size, len, q->value_len);
+			return pvfs_bad("xattr of %u bytes in %zu (room %u)", r->size, len,
+					q->value_len);
 		return 0;
 	}
 	default:
@@ -462,8 +440,7 @@ static ssize_t pvfs_dev_downcall(const void *msg, size_t len)
 	if (!op)
 		return pvfs_bad("no request has tag %llu", hdr->tag);
 	if (op->opcode != hdr->op) {
-		err = pvfs_bad("op %u answers tag %llu of op %u", hdr->op,
-			       hdr->tag, op->opcode);
+		err = pvfs_bad("op %u answers tag %llu of op %u", hdr->op, hdr->tag, op->opcode);
 		goto out;
 	}
 	if (hdr->status == 0) {
@@ -486,8 +463,7 @@ out:
 	return err;
 }
 
-static ssize_t pvfs_dev_write(struct file *file, const char __user *buf,
-			      size_t count, loff_t *ppos)
+static ssize_t pvfs_dev_write(struct file *file, const char __user *buf, size_t count, loff_t *ppos)
 {
 	struct pvfs_dev_file *df = file->private_data;
 	const struct pvfsd_msg_hdr *hdr;
@@ -507,12 +483,12 @@ static ssize_t pvfs_dev_write(struct file *file, const char __user *buf,
 	if (hdr->magic != PVFSD_DEV_MAGIC) {
 		ret = pvfs_bad("magic %#x", hdr->magic);
 	} else if (hdr->version != PVFSD_DEV_VERSION) {
-		pr_warn_ratelimited("pvfsd speaks channel version %u, this module %u: upgrade the older one\n",
-				    hdr->version, PVFSD_DEV_VERSION);
+		pr_warn_ratelimited(
+			"pvfsd speaks channel version %u, this module %u: upgrade the older one\n",
+			hdr->version, PVFSD_DEV_VERSION);
 		ret = -EPROTO;
 	} else if (hdr->length != count) {
-		ret = pvfs_bad("header says %u bytes, write has %zu",
-			       hdr->length, count);
+		ret = pvfs_bad("header says %u bytes, write has %zu", hdr->length, count);
 	} else if (hdr->op == PVFSD_OP_HELLO) {
 		ret = pvfs_dev_hello(df, msg, count);
 	} else if (!df->hello) {

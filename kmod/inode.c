@@ -28,10 +28,9 @@ static void pvfs_inode_init_once(void *obj)
 
 int pvfs_inode_cache_init(void)
 {
-	pvfs_inode_cachep = kmem_cache_create("pvfs_inode_cache",
-					      sizeof(struct pvfs_inode_info), 0,
-					      SLAB_RECLAIM_ACCOUNT | SLAB_ACCOUNT,
-					      pvfs_inode_init_once);
+	pvfs_inode_cachep =
+		kmem_cache_create("pvfs_inode_cache", sizeof(struct pvfs_inode_info), 0,
+				  SLAB_RECLAIM_ACCOUNT | SLAB_ACCOUNT, pvfs_inode_init_once);
 	return pvfs_inode_cachep ? 0 : -ENOMEM;
 }
 
@@ -55,8 +54,7 @@ struct inode *pvfs_alloc_inode(struct super_block *sb)
 
 void pvfs_free_inode(struct inode *inode)
 {
-	kmem_cache_free(pvfs_inode_cachep,
-			container_of(inode, struct pvfs_inode_info, vfs_inode));
+	kmem_cache_free(pvfs_inode_cachep, container_of(inode, struct pvfs_inode_info, vfs_inode));
 }
 
 struct inode *pvfs_iget(struct super_block *sb, const struct pvfsd_attr *attr)

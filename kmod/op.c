@@ -40,14 +40,12 @@ static DEFINE_MUTEX(pvfs_mounts_mutex);
 
 static unsigned int max_slot_mib = 256;
 module_param(max_slot_mib, uint, 0444);
-MODULE_PARM_DESC(max_slot_mib,
-		 "Most MiB of data slots shared with pvfsd (default 256)");
+MODULE_PARM_DESC(max_slot_mib, "Most MiB of data slots shared with pvfsd (default 256)");
 
 /* ---- allocation and references ---- */
 
-static struct pvfs_op *pvfs_op_alloc(enum pvfs_op_kind kind, u16 opcode,
-				     u64 mount_id, size_t body_len,
-				     size_t resp_max, gfp_t gfp)
+static struct pvfs_op *pvfs_op_alloc(enum pvfs_op_kind kind, u16 opcode, u64 mount_id,
+				     size_t body_len, size_t resp_max, gfp_t gfp)
 {
 	struct pvfs_op *op;
 	size_t up_len = sizeof(struct pvfsd_msg_hdr) + body_len;
@@ -126,18 +124,16 @@ static void pvfs_fill_common(struct pvfsd_req_common *common, u64 mount_id)
 	common->ngroups = n;
 }
 
-struct pvfs_op *pvfs_op_new(struct pvfs_sb_info *sbi, enum pvfsd_op opcode,
-			    size_t req_len, size_t resp_max)
+struct pvfs_op *pvfs_op_new(struct pvfs_sb_info *sbi, enum pvfsd_op opcode, size_t req_len,
+			    size_t resp_max)
 {
 	struct pvfs_op *op;
 
-	if (!sbi || req_len < sizeof(struct pvfsd_req_common) ||
-	    opcode == PVFSD_OP_HELLO || opcode == PVFSD_OP_CANCEL ||
-	    opcode >= PVFSD_OP_COUNT)
+	if (!sbi || req_len < sizeof(struct pvfsd_req_common) || opcode == PVFSD_OP_HELLO ||
+	    opcode == PVFSD_OP_CANCEL || opcode >= PVFSD_OP_COUNT)
 		return ERR_PTR(-EINVAL);
 
-	op = pvfs_op_alloc(PVFS_KIND_CALL, opcode, sbi->mount_id, req_len,
-			   resp_max, GFP_KERNEL);
+	op = pvfs_op_alloc(PVFS_KIND_CALL, opcode, sbi->mount_id, req_len, resp_max, GFP_KERNEL);
 	if (IS_ERR(op))
 		return op;
 	op->sbi = sbi;
@@ -174,8 +170,7 @@ static struct pvfs_op *pvfs_make_cancel(u64 target_tag)
 	struct pvfs_op *cancel;
 	struct pvfsd_cancel_req *body;
 
-	cancel = pvfs_op_alloc(PVFS_KIND_CANCEL, PVFSD_OP_CANCEL, 0,
-			       sizeof(*body), 0, GFP_KERNEL);
+	cancel = pvfs_op_alloc(PVFS_KIND_CANCEL, PVFSD_OP_CANCEL, 0, sizeof(*body), 0, GFP_KERNEL);
 	if (IS_ERR(cancel))
 		return NULL;
 	body = pvfs_op_req(cancel);
@@ -246,9 +241,7 @@ struct pvfs_op *pvfs_chan_find_sent_locked(u64 tag)
 {
 	struct pvfs_op *op;
 
-	hash_for_each_possible(pvfs_chan.sent, op, sent_link, tag)
-		if (op->tag == tag)
-			return op;
+	hash_for_each_possible(pvfs_chan.sent, op, sent_link, tag) if (op->tag == tag) return op;
 	return NULL;
 }
 
@@ -256,9 +249,8 @@ static struct pvfs_sb_info *pvfs_find_mount_locked(u64 mount_id)
 {
 	struct pvfs_sb_info *sbi;
 
-	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link)
-		if (sbi->mount_id == mount_id)
-			return sbi;
+	list_for_each_entry(sbi, &pvfs_chan.mounts,
+			    mount_link) if (sbi->mount_id == mount_id) return sbi;
 	return NULL;
 }
 
@@ -270,14 +262,12 @@ static void pvfs_mount_attached_locked(u64 mount_id)
 		return;
 	sbi->attached = true;
 	if (sbi->failed)
-		pr_info("%s: daemon attached again; the mount works again\n",
-			sbi->source);
+		pr_info("%s: daemon attached again; the mount works again\n", sbi->source);
 	sbi->failed = false;
 	cancel_delayed_work(&sbi->grace_work);
 }
 
-void pvfs_chan_answer(struct pvfs_op *op, int status, void *down,
-		      size_t down_len)
+void pvfs_chan_answer(struct pvfs_op *op, int status, void *down, size_t down_len)
 {
 	bool drop = false;
 
@@ -292,8 +282,8 @@ void pvfs_chan_answer(struct pvfs_op *op, int status, void *down,
 	if (op->opcode == PVFSD_OP_ATTACH && status == 0)
 		pvfs_mount_attached_locked(op->mount_id);
 	if (op->kind == PVFS_KIND_ATTACH && status != 0)
-		pr_warn("mount %llu: the new daemon could not attach it: %d\n",
-			op->mount_id, status);
+		pr_warn("mount %llu: the new daemon could not attach it: %d\n", op->mount_id,
+			status);
 
 	if (op->state == PVFS_OP_SENT && op->kind == PVFS_KIND_CALL) {
 		op->down = down;
@@ -313,8 +303,7 @@ void pvfs_chan_answer(struct pvfs_op *op, int status, void *down,
 }
 
 /* With the lock held: @op fails with @status now; its caller returns. */
-static void pvfs_fail_locked(struct pvfs_op *op, int status,
-			     struct list_head *to_put)
+static void pvfs_fail_locked(struct pvfs_op *op, int status, struct list_head *to_put)
 {
 	op->status = status;
 	if (op->state == PVFS_OP_QUEUED) {
@@ -332,7 +321,8 @@ static void pvfs_put_list(struct list_head *list)
 {
 	struct pvfs_op *op, *next;
 
-	list_for_each_entry_safe(op, next, list, queue_link) {
+	list_for_each_entry_safe(op, next, list, queue_link)
+	{
 		list_del_init(&op->queue_link);
 		pvfs_op_put(op);
 	}
@@ -348,13 +338,13 @@ static void pvfs_fail_mount(struct pvfs_sb_info *sbi)
 
 	spin_lock(&pvfs_chan.lock);
 	sbi->failed = true;
-	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link)
-		if (op->kind == PVFS_KIND_CALL && op->sbi == sbi)
-			pvfs_fail_locked(op, -EIO, &to_put);
-	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link)
-		if (op->kind == PVFS_KIND_CALL && op->sbi == sbi &&
-		    op->state == PVFS_OP_SENT)
-			pvfs_fail_locked(op, -EIO, &to_put);
+	list_for_each_entry_safe(op, next, &pvfs_chan.queue,
+				 queue_link) if (op->kind == PVFS_KIND_CALL && op->sbi == sbi)
+		pvfs_fail_locked(op, -EIO, &to_put);
+	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op,
+			   sent_link) if (op->kind == PVFS_KIND_CALL && op->sbi == sbi &&
+					  op->state == PVFS_OP_SENT)
+		pvfs_fail_locked(op, -EIO, &to_put);
 	spin_unlock(&pvfs_chan.lock);
 	pvfs_put_list(&to_put);
 	wake_up(&pvfs_chan.slotq);
@@ -363,8 +353,7 @@ static void pvfs_fail_mount(struct pvfs_sb_info *sbi)
 static void pvfs_grace_expired(struct work_struct *work)
 {
 	struct pvfs_sb_info *sbi =
-		container_of(to_delayed_work(work), struct pvfs_sb_info,
-			     grace_work);
+		container_of(to_delayed_work(work), struct pvfs_sb_info, grace_work);
 	bool attached;
 
 	spin_lock(&pvfs_chan.lock);
@@ -393,7 +382,8 @@ void pvfs_chan_daemon_gone(void)
 	pvfs_chan.hello_done = false;
 	pvfs_chan.hello_to_send = false;
 
-	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link) {
+	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link)
+	{
 		hash_del(&op->sent_link);
 		if (op->kind == PVFS_KIND_CALL && op->state == PVFS_OP_SENT) {
 			struct pvfsd_req_common *common = pvfs_op_req(op);
@@ -408,7 +398,8 @@ void pvfs_chan_daemon_gone(void)
 			list_add_tail(&op->queue_link, &to_put);
 		}
 	}
-	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link) {
+	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link)
+	{
 		if (op->kind == PVFS_KIND_CALL)
 			continue;
 		list_del(&op->queue_link);
@@ -417,10 +408,10 @@ void pvfs_chan_daemon_gone(void)
 	}
 	list_splice(&replay, &pvfs_chan.queue);
 
-	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link) {
+	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link)
+	{
 		sbi->attached = false;
-		mod_delayed_work(system_wq, &sbi->grace_work,
-				 (unsigned long)sbi->opts.timeo * HZ);
+		mod_delayed_work(system_wq, &sbi->grace_work, (unsigned long)sbi->opts.timeo * HZ);
 	}
 	spin_unlock(&pvfs_chan.lock);
 
@@ -430,8 +421,7 @@ void pvfs_chan_daemon_gone(void)
 		pr_info("%u request(s) wait for the next daemon\n", replayed);
 }
 
-static struct pvfs_op *pvfs_make_attach(struct pvfs_sb_info *sbi,
-					enum pvfs_op_kind kind)
+static struct pvfs_op *pvfs_make_attach(struct pvfs_sb_info *sbi, enum pvfs_op_kind kind)
 {
 	size_t source_len = strlen(sbi->source);
 	size_t options_len = strlen(sbi->daemon_options);
@@ -462,11 +452,11 @@ void pvfs_chan_daemon_hello(void)
 
 	mutex_lock(&pvfs_mounts_mutex);
 	/* the list cannot change: adding or removing takes the mutex */
-	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link) {
+	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link)
+	{
 		op = pvfs_make_attach(sbi, PVFS_KIND_ATTACH);
 		if (IS_ERR(op)) {
-			pr_warn("%s: no memory to re-attach; it fails at timeo\n",
-				sbi->source);
+			pr_warn("%s: no memory to re-attach; it fails at timeo\n", sbi->source);
 			continue;
 		}
 		op->state = PVFS_OP_QUEUED;
@@ -515,8 +505,8 @@ void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 		return;
 
 	/* DETACH goes unanswered-for: umount never waits on the daemon */
-	detach = pvfs_op_alloc(PVFS_KIND_DETACH, PVFSD_OP_DETACH, sbi->mount_id,
-			       sizeof(*common), 0, GFP_KERNEL);
+	detach = pvfs_op_alloc(PVFS_KIND_DETACH, PVFSD_OP_DETACH, sbi->mount_id, sizeof(*common), 0,
+			       GFP_KERNEL);
 	if (!IS_ERR(detach)) {
 		common = pvfs_op_req(detach);
 		pvfs_fill_common(common, sbi->mount_id);
@@ -526,9 +516,9 @@ void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 	spin_lock(&pvfs_chan.lock);
 	list_del(&sbi->mount_link);
 	sbi->registered = false;
-	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link) {
-		if (op->kind == PVFS_KIND_ATTACH &&
-		    op->mount_id == sbi->mount_id) {
+	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link)
+	{
+		if (op->kind == PVFS_KIND_ATTACH && op->mount_id == sbi->mount_id) {
 			list_del(&op->queue_link);
 			op->state = PVFS_OP_DONE;
 			list_add_tail(&op->queue_link, &to_put);
@@ -549,8 +539,7 @@ void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 
 void pvfs_mount_abort(struct pvfs_sb_info *sbi)
 {
-	pr_info("%s: forced unmount; pending requests fail with EIO\n",
-		sbi->source);
+	pr_info("%s: forced unmount; pending requests fail with EIO\n", sbi->source);
 	pvfs_fail_mount(sbi);
 }
 
@@ -571,8 +560,7 @@ int pvfs_chan_make_slots(u32 slot_size, u32 slot_count)
 		bytes = (u64)slot_size * slot_count;
 	}
 	if (bytes > ((u64)max_slot_mib << 20)) {
-		pr_warn("slots of %u bytes exceed max_slot_mib=%u\n", slot_size,
-			max_slot_mib);
+		pr_warn("slots of %u bytes exceed max_slot_mib=%u\n", slot_size, max_slot_mib);
 		return -EINVAL;
 	}
 	area = vmalloc_user(bytes);
@@ -617,8 +605,7 @@ static bool pvfs_try_take_slot(struct pvfs_op *op, int *err)
 		*err = -ENOTCONN;
 		stop = true;
 	} else {
-		bit = find_first_zero_bit(pvfs_chan.slot_map,
-					  pvfs_chan.slot_count);
+		bit = find_first_zero_bit(pvfs_chan.slot_map, pvfs_chan.slot_count);
 		if (bit < pvfs_chan.slot_count) {
 			set_bit(bit, pvfs_chan.slot_map);
 			op->slot = bit;
@@ -638,11 +625,9 @@ int pvfs_op_get_slot(struct pvfs_op *op)
 	if (op->kind != PVFS_KIND_CALL)
 		return -EINVAL;
 	if (op->sbi->opts.intr)
-		ret = wait_event_interruptible(pvfs_chan.slotq,
-					       pvfs_try_take_slot(op, &err));
+		ret = wait_event_interruptible(pvfs_chan.slotq, pvfs_try_take_slot(op, &err));
 	else
-		ret = wait_event_killable(pvfs_chan.slotq,
-					  pvfs_try_take_slot(op, &err));
+		ret = wait_event_killable(pvfs_chan.slotq, pvfs_try_take_slot(op, &err));
 	return ret ? ret : err;
 }
 

@@ -28,28 +28,28 @@ struct pvfs_mount_opts {
 	unsigned int acregmax;
 	unsigned int acdirmin; /* the same for directories (and dentries) */
 	unsigned int acdirmax;
-	bool noac;	       /* no attribute caching at all */
-	bool intr;	       /* signals interrupt waits (else only SIGKILL) */
-	bool sync;	       /* writes go through at once (like O_SYNC) */
-	unsigned int timeo;    /* seconds ops wait for a (new) daemon: grace */
+	bool noac;	    /* no attribute caching at all */
+	bool intr;	    /* signals interrupt waits (else only SIGKILL) */
+	bool sync;	    /* writes go through at once (like O_SYNC) */
+	unsigned int timeo; /* seconds ops wait for a (new) daemon: grace */
 };
 
 /* One mounted pvfs: the superblock's s_fs_info. */
 struct pvfs_sb_info {
 	struct super_block *sb;
-	char *source;	       /* "tcp://host:port/fs", kmalloc'd */
-	char *daemon_options;  /* options passed in ATTACH ("" if none) */
+	char *source;	      /* "tcp://host:port/fs", kmalloc'd */
+	char *daemon_options; /* options passed in ATTACH ("" if none) */
 	struct pvfs_mount_opts opts;
-	u64 root_handle;       /* from ATTACH */
+	u64 root_handle; /* from ATTACH */
 	u64 fs_id;
 	u32 max_name;
 
 	/* Owned by the channel (op.c/dev.c); the VFS side only reads mount_id. */
-	u64 mount_id;	       /* set by pvfs_mount_register, never 0 */
+	u64 mount_id; /* set by pvfs_mount_register, never 0 */
 	struct list_head mount_link;
 	bool registered;
-	bool failed;	       /* umount -f or grace expired: ops fail -EIO */
-	bool attached;	       /* the current daemon answered its ATTACH */
+	bool failed;			/* umount -f or grace expired: ops fail -EIO */
+	bool attached;			/* the current daemon answered its ATTACH */
 	struct delayed_work grace_work; /* fails the mount's ops at timeo */
 };
 
@@ -85,8 +85,8 @@ struct pvfs_op;
  * fsgid and groups).  ERR_PTR(-ENOMEM), or -EINVAL when the sizes exceed
  * PVFSD_DEV_MAX_MSG.
  */
-struct pvfs_op *pvfs_op_new(struct pvfs_sb_info *sbi, enum pvfsd_op opcode,
-			    size_t req_len, size_t resp_max);
+struct pvfs_op *pvfs_op_new(struct pvfs_sb_info *sbi, enum pvfsd_op opcode, size_t req_len,
+			    size_t resp_max);
 /* The upcall body to fill in: @req_len bytes after the header. */
 void *pvfs_op_req(struct pvfs_op *op);
 

@@ -59,17 +59,11 @@ enum pvfs_param {
 };
 
 static const struct fs_parameter_spec pvfs_fs_parameters[] = {
-	fsparam_u32("acregmin", Opt_acregmin),
-	fsparam_u32("acregmax", Opt_acregmax),
-	fsparam_u32("acdirmin", Opt_acdirmin),
-	fsparam_u32("acdirmax", Opt_acdirmax),
-	fsparam_flag("noac", Opt_noac),
-	fsparam_flag("intr", Opt_intr),
-	fsparam_flag("nointr", Opt_nointr),
-	fsparam_flag("sync", Opt_sync),
-	fsparam_u32("timeo", Opt_timeo),
-	{}
-};
+	fsparam_u32("acregmin", Opt_acregmin), fsparam_u32("acregmax", Opt_acregmax),
+	fsparam_u32("acdirmin", Opt_acdirmin), fsparam_u32("acdirmax", Opt_acdirmax),
+	fsparam_flag("noac", Opt_noac),	       fsparam_flag("intr", Opt_intr),
+	fsparam_flag("nointr", Opt_nointr),    fsparam_flag("sync", Opt_sync),
+	fsparam_u32("timeo", Opt_timeo),       {}};
 
 /* Longest a cache timeout or the grace time may be: a day. */
 #define PVFS_MAX_SECONDS 86400u
@@ -107,8 +101,7 @@ static int pvfs_parse_param(struct fs_context *fc, struct fs_parameter *param)
 	case Opt_acdirmin:
 	case Opt_acdirmax:
 		if (result.uint_32 > PVFS_MAX_SECONDS)
-			return invalfc(fc, "%s=%u: at most %u seconds",
-				       param->key, result.uint_32,
+			return invalfc(fc, "%s=%u: at most %u seconds", param->key, result.uint_32,
 				       PVFS_MAX_SECONDS);
 		if (opt == Opt_acregmin)
 			opts->acregmin = result.uint_32;
@@ -133,23 +126,22 @@ static int pvfs_parse_param(struct fs_context *fc, struct fs_parameter *param)
 		break;
 	case Opt_timeo:
 		if (result.uint_32 < 1 || result.uint_32 > PVFS_MAX_SECONDS)
-			return invalfc(fc, "timeo=%u: 1 to %u seconds",
-				       result.uint_32, PVFS_MAX_SECONDS);
+			return invalfc(fc, "timeo=%u: 1 to %u seconds", result.uint_32,
+				       PVFS_MAX_SECONDS);
 		opts->timeo = result.uint_32;
 		break;
 	}
 	return 0;
 }
 
-static int pvfs_check_opts(struct fs_context *fc,
-			   const struct pvfs_mount_opts *opts)
+static int pvfs_check_opts(struct fs_context *fc, const struct pvfs_mount_opts *opts)
 {
 	if (opts->acregmin > opts->acregmax)
-		return invalfc(fc, "acregmin=%u is above acregmax=%u",
-			       opts->acregmin, opts->acregmax);
+		return invalfc(fc, "acregmin=%u is above acregmax=%u", opts->acregmin,
+			       opts->acregmax);
 	if (opts->acdirmin > opts->acdirmax)
-		return invalfc(fc, "acdirmin=%u is above acdirmax=%u",
-			       opts->acdirmin, opts->acdirmax);
+		return invalfc(fc, "acdirmin=%u is above acdirmax=%u", opts->acdirmin,
+			       opts->acdirmax);
 	return 0;
 }
 
@@ -161,9 +153,8 @@ static int pvfs_show_options(struct seq_file *m, struct dentry *root)
 	if (opts->noac)
 		seq_puts(m, ",noac");
 	else
-		seq_printf(m, ",acregmin=%u,acregmax=%u,acdirmin=%u,acdirmax=%u",
-			   opts->acregmin, opts->acregmax, opts->acdirmin,
-			   opts->acdirmax);
+		seq_printf(m, ",acregmin=%u,acregmax=%u,acdirmin=%u,acdirmax=%u", opts->acregmin,
+			   opts->acregmax, opts->acdirmin, opts->acdirmax);
 	if (opts->intr)
 		seq_puts(m, ",intr");
 	seq_printf(m, ",timeo=%u", opts->timeo);
@@ -218,8 +209,7 @@ static const struct super_operations pvfs_super_ops = {
 };
 
 /* Connects the new mount through pvfsd: its root, fs id and limits. */
-static int pvfs_attach(struct fs_context *fc, struct pvfs_sb_info *sbi,
-		       struct pvfsd_attr *root)
+static int pvfs_attach(struct fs_context *fc, struct pvfs_sb_info *sbi, struct pvfsd_attr *root)
 {
 	size_t source_len = strlen(sbi->source);
 	size_t options_len = strlen(sbi->daemon_options);
@@ -229,8 +219,7 @@ static int pvfs_attach(struct fs_context *fc, struct pvfs_sb_info *sbi,
 	char *tail;
 	int err;
 
-	op = pvfs_op_new(sbi, PVFSD_OP_ATTACH,
-			 sizeof(*req) + source_len + options_len,
+	op = pvfs_op_new(sbi, PVFSD_OP_ATTACH, sizeof(*req) + source_len + options_len,
 			 sizeof(*resp));
 	if (IS_ERR(op))
 		return PTR_ERR(op);
@@ -243,8 +232,7 @@ static int pvfs_attach(struct fs_context *fc, struct pvfs_sb_info *sbi,
 
 	err = pvfs_op_run(op);
 	if (err) {
-		errorfc(fc, "pvfsd could not attach %s: error %d", sbi->source,
-			err);
+		errorfc(fc, "pvfsd could not attach %s: error %d", sbi->source, err);
 	} else {
 		resp = pvfs_op_resp(op);
 		*root = resp->root;

@@ -28,17 +28,8 @@
 /* A C ABI in kernel style, compiled by C++ too: exempt from the C++ lint. */
 /* NOLINTBEGIN */
 
-#ifdef __KERNEL__
+/* The kernel's fixed-width types, in user space from the UAPI headers. */
 #include <linux/types.h>
-#else
-#include <stdint.h>
-typedef uint8_t __u8;
-typedef uint16_t __u16;
-typedef uint32_t __u32;
-typedef uint64_t __u64;
-typedef int32_t __s32;
-typedef int64_t __s64;
-#endif
 
 /* Name of the misc device, i.e. /dev/pvfsd.  Mode 0600, one opener. */
 #define PVFSD_DEV_NAME "pvfsd"
