@@ -203,6 +203,11 @@ public:
     // Drops every cached attribute and name.
     void forget_cache();
 
+    // Who the following requests are from (pvfsd: each upcall's caller).
+    // Cached attributes and names stay: the kernel checks permissions on
+    // them itself; cached access answers go.
+    void set_credentials(const Credentials &cred);
+
     struct Impl;
 
 private:

@@ -851,6 +851,15 @@ const config::Cluster &Client::cluster() const noexcept
     return impl_->cluster;
 }
 
+void Client::set_credentials(const Credentials &cred)
+{
+    if (impl_->cred == cred)
+        return;
+    impl_->cred = cred;
+    // Access answers were the previous caller's.
+    std::erase_if(impl_->access_cache, [](const auto &e) { return !e.second.pinned; });
+}
+
 void Client::forget_cache()
 {
     impl_->attrs.clear();

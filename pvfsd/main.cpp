@@ -1,0 +1,289 @@
+// pvfsd: the pvfs client daemon.  It holds /dev/pvfsd, maps the data slots
+// the kernel shares with it, and answers every upcall of pvfs.ko with
+// libpvfs operations on the servers (docs/pvfsd.md).
+#include "handler.hpp"
+#include "upcall.hpp"
+
+#include <pvfs/gossip.hpp>
+#include <pvfs/unique_fd.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace gossip = pvfs::gossip;
+using pvfs::UniqueFd;
+
+// The shared slot area, unmapped on destruction.
+class SlotMapping {
+public:
+    SlotMapping() = default;
+    SlotMapping(int fd, std::size_t bytes)
+    {
+        void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+            addr_ = p;
+            bytes_ = bytes;
+        }
+    }
+    ~SlotMapping()
+    {
+        if (addr_ != nullptr)
+            ::munmap(addr_, bytes_);
+    }
+    SlotMapping(const SlotMapping &) = delete;
+    SlotMapping &operator=(const SlotMapping &) = delete;
+    SlotMapping(SlotMapping &&) = delete;
+    SlotMapping &operator=(SlotMapping &&) = delete;
+
+    [[nodiscard]] bool valid() const noexcept { return addr_ != nullptr; }
+    [[nodiscard]] std::span<std::byte> bytes() const noexcept
+    {
+        return {static_cast<std::byte *>(addr_), bytes_};
+    }
+
+private:
+    void *addr_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+
+struct Settings {
+    std::string device = "/dev/" PVFSD_DEV_NAME;
+    std::string key_file;
+    std::string log_file;
+    std::string debug;
+    std::string pid_file;
+    bool foreground = false;
+    std::uint32_t slot_size = 1U << 20U;
+    std::uint32_t slots = 64;
+};
+
+std::string open_error(int err, const std::string &device)
+{
+    switch (err) {
+    case ENOENT:
+    case ENXIO:
+    case ENODEV:
+        return device + " does not exist: is pvfs.ko loaded? (modprobe pvfs)";
+    case EBUSY:
+        return device + " is busy: another pvfsd runs";
+    case EPERM:
+    case EACCES:
+        return device + ": pvfsd must run as root (CAP_SYS_ADMIN)";
+    default:
+        return device + ": " + strerrordesc_np(err);
+    }
+}
+
+bool write_all(int fd, const std::vector<std::byte> &msg, int &err)
+{
+    const ssize_t n = ::write(fd, msg.data(), msg.size());
+    err = n < 0 ? errno : 0;
+    return n == static_cast<ssize_t>(msg.size());
+}
+
+// HELLO: our version and the slots we want; the kernel answers with the
+// slots it grants.
+bool hello(int fd, const Settings &s, pvfsd_hello &granted)
+{
+    pvfs::pvfsd::Downcall d(PVFSD_OP_HELLO, 0);
+    pvfsd_hello h{};
+    h.slot_size = s.slot_size;
+    h.slot_count = s.slots;
+    h.max_inflight = 1024;
+    d.put(h);
+    int err = 0;
+    if (!write_all(fd, d.finish(0), err)) {
+        gossip::error(gossip::Mask::dev, "HELLO refused by pvfs.ko: {}{}", strerrordesc_np(err),
+                      err == EPROTO ? " (pvfsd and pvfs.ko speak different channel versions)" : "");
+        return false;
+    }
+    std::vector<std::byte> buf(PVFSD_DEV_MAX_MSG);
+    for (int tries = 0; tries < 100; ++tries) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0 && errno == EAGAIN) {
+            pollfd p{fd, POLLIN, 0};
+            ::poll(&p, 1, 100);
+            continue;
+        }
+        std::string why;
+        const auto up = n > 0 ? pvfs::pvfsd::Upcall::parse(
+                                    std::span(buf).first(static_cast<std::size_t>(n)), why)
+                              : std::nullopt;
+        const auto g = up ? up->body<pvfsd_hello>() : std::nullopt;
+        if (!g || up->op() != PVFSD_OP_HELLO) {
+            gossip::error(gossip::Mask::dev, "no HELLO answer from pvfs.ko: {}",
+                          n < 0 ? strerrordesc_np(errno) : why.c_str());
+            return false;
+        }
+        granted = *g;
+        return true;
+    }
+    gossip::error(gossip::Mask::dev, "pvfs.ko did not answer HELLO within 10 s");
+    return false;
+}
+
+int run(const Settings &s)
+{
+    UniqueFd dev(::open(s.device.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    if (!dev.valid()) {
+        gossip::error(gossip::Mask::pvfsd, "{}", open_error(errno, s.device));
+        return 1;
+    }
+    pvfsd_hello granted{};
+    if (!hello(dev.get(), s, granted))
+        return 1;
+    const std::size_t area = std::size_t{granted.slot_size} * granted.slot_count;
+    SlotMapping slots(dev.get(), area);
+    if (!slots.valid()) {
+        gossip::error(gossip::Mask::dev, "cannot map {} bytes of slots: {}", area,
+                      strerrordesc_np(errno));
+        return 1;
+    }
+    gossip::info(gossip::Mask::pvfsd, "attached to {}: {} slots of {} KiB", s.device,
+                 granted.slot_count, granted.slot_size >> 10U);
+
+    sigset_t stop;
+    ::sigemptyset(&stop);
+    ::sigaddset(&stop, SIGTERM);
+    ::sigaddset(&stop, SIGINT);
+    ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+    UniqueFd sig(::signalfd(-1, &stop, SFD_NONBLOCK | SFD_CLOEXEC));
+
+    pvfs::pvfsd::HandlerOptions ho;
+    ho.key_file = s.key_file;
+    pvfs::pvfsd::Handler handler(ho, slots.bytes(), granted.slot_size);
+    std::vector<std::byte> buf(PVFSD_DEV_MAX_MSG);
+    for (;;) {
+        std::array<pollfd, 2> fds{{{dev.get(), POLLIN, 0}, {sig.get(), POLLIN, 0}}};
+        if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) {
+            gossip::error(gossip::Mask::pvfsd, "poll: {}", strerrordesc_np(errno));
+            return 1;
+        }
+        if ((fds[1].revents & POLLIN) != 0) {
+            signalfd_siginfo si{};
+            if (::read(sig.get(), &si, sizeof(si)) > 0) {
+                gossip::info(gossip::Mask::pvfsd, "signal {}: stopping; the kernel keeps "
+                                                  "pending requests for the next pvfsd",
+                             si.ssi_signo);
+                return 0;
+            }
+        }
+        for (;;) {
+            const ssize_t n = ::read(dev.get(), buf.data(), buf.size());
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EINTR)
+                    break;
+                gossip::error(gossip::Mask::dev, "read {}: {}", s.device, strerrordesc_np(errno));
+                return 1;
+            }
+            std::string why;
+            const auto up =
+                pvfs::pvfsd::Upcall::parse(std::span(buf).first(static_cast<std::size_t>(n)), why);
+            if (!up) {
+                gossip::error(gossip::Mask::dev, "malformed upcall ignored: {}", why);
+                continue;
+            }
+            gossip::debug(gossip::Mask::dev, "upcall {} tag {} ({} bytes)",
+                          pvfs::pvfsd::op_name(up->op()), up->tag(), n);
+            const auto reply = handler.handle(*up);
+            if (reply.empty())
+                continue;
+            int err = 0;
+            if (!write_all(dev.get(), reply, err))
+                gossip::warning(gossip::Mask::dev, "pvfs.ko refused the answer to {} tag {}: {}",
+                                pvfs::pvfsd::op_name(up->op()), up->tag(), strerrordesc_np(err));
+        }
+    }
+}
+
+bool daemonize(const std::string &pid_file)
+{
+    const pid_t pid = ::fork();
+    if (pid < 0)
+        return false;
+    if (pid > 0)
+        ::_exit(0);
+    ::setsid();
+    if (::chdir("/") != 0)
+        return false;
+    UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    if (null.valid()) {
+        ::dup2(null.get(), 0);
+        ::dup2(null.get(), 1);
+        ::dup2(null.get(), 2);
+    }
+    if (!pid_file.empty()) {
+        std::ofstream f(pid_file, std::ios::trunc);
+        f << ::getpid() << '\n';
+        if (!f)
+            return false;
+    }
+    return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    Settings s;
+    CLI::App app{"pvfsd: the pvfs client daemon; answers pvfs.ko's requests through /dev/pvfsd "
+                 "with the servers of each mounted file system"};
+    app.add_flag("-f,--foreground", s.foreground, "stay in the foreground (logs to stderr)");
+    app.add_option("--device", s.device, "the channel device")->capture_default_str();
+    app.add_option("--key-file", s.key_file,
+                   "cluster key (default: $PVFS_KEY_FILE, else /etc/pvfs/pvfs.key)");
+    app.add_option("--log", s.log_file, "log to this file (default: stderr in the foreground, "
+                                        "else syslog)");
+    app.add_option("--debug", s.debug, "debug masks, e.g. pvfsd,dev,client (default: $PVFS_DEBUG)");
+    app.add_option("--pid-file", s.pid_file, "write the daemon's pid here");
+    app.add_option("--slot-size", s.slot_size, "bytes per data slot, a power of two")
+        ->capture_default_str()
+        ->check(CLI::Range(64U << 10U, 16U << 20U));
+    app.add_option("--slots", s.slots, "data slots shared with the kernel")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1024));
+    CLI11_PARSE(app, argc, argv);
+    if ((s.slot_size & (s.slot_size - 1)) != 0) {
+        std::fprintf(stderr, "pvfsd: --slot-size %u is no power of two\n", s.slot_size);
+        return 2;
+    }
+
+    const auto configured =
+        s.debug.empty() ? gossip::configure_from_env() : gossip::configure(s.debug);
+    if (!configured.ok()) {
+        std::fprintf(stderr, "pvfsd: %s\n", configured.error.c_str());
+        return 2;
+    }
+    if (!s.log_file.empty()) {
+        if (const auto st = gossip::log_to_file(s.log_file); !st.ok()) {
+            std::fprintf(stderr, "pvfsd: %s\n", st.error.c_str());
+            return 1;
+        }
+    } else if (!s.foreground) {
+        gossip::log_to_syslog("pvfsd");
+    }
+    if (!s.foreground && !daemonize(s.pid_file)) {
+        std::fprintf(stderr, "pvfsd: cannot become a daemon: %s\n", strerrordesc_np(errno));
+        return 1;
+    }
+    const int rc = run(s);
+    gossip::flush();
+    return rc;
+}
