@@ -1,2 +1,473 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Placeholder: written by the kernel client work (issue 5). */
+/*
+ * Regular files: the page cache in front of the servers.  Data moves
+ * between page-cache folios (or, for O_DIRECT, the caller's buffer) and a
+ * data slot the daemon maps, one copy, in READ/WRITE requests of up to a
+ * slot: readahead fills many folios per request and writeback batches
+ * contiguous dirty folios into one.  Consistency is close-to-open, as in
+ * NFS: open revalidates the attributes (dropping cached pages another
+ * client made stale), close writes dirty pages back and reports errors.
+ * Locks (flock, POSIX) are the VFS's local ones: they hold among the
+ * processes of one node only.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/fs.h>
+#include <linux/highmem.h>
+#include <linux/mm.h>
+#include <linux/mpage.h>
+#include <linux/pagemap.h>
+#include <linux/slab.h>
+#include <linux/uio.h>
+#include <linux/writeback.h>
+
+#include "pvfs.h"
+
+/* ---- one READ or WRITE through a slot ---- */
+
+static struct pvfs_op *pvfs_io_op(struct inode *inode, enum pvfsd_op opcode, loff_t pos, size_t len)
+{
+	struct pvfsd_io_req *req;
+	struct pvfs_op *op;
+	int err;
+
+	op = pvfs_op_new(PVFS_SB(inode->i_sb), opcode, sizeof(*req), sizeof(struct pvfsd_io_resp));
+	if (IS_ERR(op))
+		return op;
+	err = pvfs_op_get_slot(op);
+	if (err) {
+		pvfs_op_put(op);
+		return ERR_PTR(err);
+	}
+	req = pvfs_op_req(op);
+	req->handle = PVFS_I(inode)->handle;
+	req->offset = pos;
+	req->length = min_t(size_t, len, pvfs_slot_size());
+	req->slot = pvfs_op_slot(op);
+	return op;
+}
+
+/* Runs @op; returns the bytes done or a negative errno. */
+static ssize_t pvfs_io_run(struct pvfs_op *op)
+{
+	const struct pvfsd_io_resp *resp;
+	int err = pvfs_op_run(op);
+
+	if (err)
+		return err;
+	resp = pvfs_op_resp(op);
+	return resp->done;
+}
+
+static size_t pvfs_io_len(struct pvfs_op *op)
+{
+	return ((struct pvfsd_io_req *)pvfs_op_req(op))->length;
+}
+
+/* ---- reading into the page cache ---- */
+
+/* Copies @done bytes of @src into @folio and zeroes the rest. */
+static void pvfs_fill_folio(struct folio *folio, const char *src, size_t done)
+{
+	size_t size = folio_size(folio), off;
+
+	for (off = 0; off < size; off += PAGE_SIZE) {
+		char *dst = kmap_local_folio(folio, off);
+		size_t n = off < done ? min_t(size_t, PAGE_SIZE, done - off) : 0;
+
+		memcpy(dst, src + off, n);
+		memset(dst + n, 0, PAGE_SIZE - n);
+		kunmap_local(dst);
+	}
+}
+
+/* Reads @folio (locked, not up to date) from the servers. */
+static int pvfs_read_folio_sync(struct inode *inode, struct folio *folio)
+{
+	struct pvfs_op *op;
+	ssize_t done;
+
+	op = pvfs_io_op(inode, PVFSD_OP_READ, folio_pos(folio), folio_size(folio));
+	if (IS_ERR(op))
+		return PTR_ERR(op);
+	done = pvfs_io_run(op);
+	if (done >= 0) {
+		pvfs_fill_folio(folio, pvfs_op_slot_addr(op), done);
+		folio_mark_uptodate(folio);
+	}
+	pvfs_op_put(op);
+	return done < 0 ? done : 0;
+}
+
+static int pvfs_read_folio(struct file *file, struct folio *folio)
+{
+	int err = pvfs_read_folio_sync(folio->mapping->host, folio);
+
+	folio_unlock(folio);
+	return err;
+}
+
+static void pvfs_readahead(struct readahead_control *rac)
+{
+	struct inode *inode = rac->mapping->host;
+	struct folio *folio;
+
+	while (readahead_count(rac)) {
+		loff_t start = readahead_pos(rac);
+		size_t want = min_t(size_t, readahead_length(rac), pvfs_slot_size());
+		struct pvfs_op *op;
+		ssize_t done;
+		const char *src;
+
+		op = pvfs_io_op(inode, PVFSD_OP_READ, start, want);
+		done = IS_ERR(op) ? PTR_ERR(op) : pvfs_io_run(op);
+		src = IS_ERR(op) ? NULL : pvfs_op_slot_addr(op);
+		if (!IS_ERR(op))
+			want = pvfs_io_len(op);
+		/* the folios this request covers, in order */
+		while ((folio = readahead_folio(rac)) != NULL) {
+			loff_t off = folio_pos(folio) - start;
+
+			if (done >= 0) {
+				pvfs_fill_folio(folio, src + off, done > off ? done - off : 0);
+				folio_mark_uptodate(folio);
+			}
+			folio_unlock(folio);
+			if (off + folio_size(folio) >= want)
+				break;
+		}
+		pvfs_op_put(op);
+	}
+}
+
+/* ---- writing through the page cache ---- */
+
+static int pvfs_write_begin(struct file *file, struct address_space *mapping, loff_t pos,
+			    unsigned int len, PVFS_WB_PAGE_T **pagep, void **fsdata)
+{
+	struct inode *inode = mapping->host;
+	struct folio *folio;
+	size_t from;
+	int err;
+
+	folio = pvfs_grab_folio(mapping, pos >> PAGE_SHIFT);
+	if (!folio)
+		return -ENOMEM;
+	*pagep = pvfs_wb_from_folio(folio);
+	if (folio_test_uptodate(folio))
+		return 0;
+	from = offset_in_folio(folio, pos);
+	if (from == 0 && len >= folio_size(folio))
+		return 0; /* all of it is overwritten */
+	if (folio_pos(folio) >= i_size_read(inode)) {
+		/* beyond the end: nothing to read */
+		folio_zero_segments(folio, 0, from, from + len, folio_size(folio));
+		return 0;
+	}
+	err = pvfs_read_folio_sync(inode, folio);
+	if (err) {
+		folio_unlock(folio);
+		folio_put(folio);
+	}
+	return err;
+}
+
+static int pvfs_write_end(struct file *file, struct address_space *mapping, loff_t pos,
+			  unsigned int len, unsigned int copied, PVFS_WB_PAGE_T *page, void *fsdata)
+{
+	struct folio *folio = pvfs_wb_to_folio(page);
+	struct inode *inode = mapping->host;
+
+	if (!folio_test_uptodate(folio)) {
+		if (copied < len) {
+			/* a short copy into a folio we did not read: retry */
+			copied = 0;
+			goto out;
+		}
+		folio_mark_uptodate(folio);
+	}
+	if (pos + copied > i_size_read(inode))
+		i_size_write(inode, pos + copied);
+	folio_mark_dirty(folio);
+out:
+	folio_unlock(folio);
+	folio_put(folio);
+	return copied;
+}
+
+/* Contiguous dirty folios gathered into one WRITE. */
+struct pvfs_wb_batch {
+	struct inode *inode;
+	struct pvfs_op *op;
+	loff_t start;
+	size_t len;
+	unsigned int nr;
+	unsigned int max;
+	struct folio **folios;
+	int err;
+};
+
+static void pvfs_wb_flush(struct pvfs_wb_batch *b)
+{
+	ssize_t done;
+	unsigned int i;
+
+	if (!b->op)
+		return;
+	((struct pvfsd_io_req *)pvfs_op_req(b->op))->length = b->len;
+	done = pvfs_io_run(b->op);
+	if (done >= 0 && (size_t)done < b->len)
+		done = -EIO;
+	for (i = 0; i < b->nr; i++) {
+		if (done < 0)
+			mapping_set_error(b->folios[i]->mapping, done);
+		folio_end_writeback(b->folios[i]);
+		folio_put(b->folios[i]);
+	}
+	if (done < 0 && !b->err)
+		b->err = done;
+	pvfs_op_put(b->op);
+	b->op = NULL;
+	b->nr = 0;
+	b->len = 0;
+}
+
+static int pvfs_wb_add(PVFS_WCP_T *page, struct writeback_control *wbc, void *data)
+{
+	struct folio *folio = pvfs_wcp_to_folio(page);
+	struct pvfs_wb_batch *b = data;
+	loff_t size = i_size_read(b->inode);
+	loff_t pos = folio_pos(folio);
+	size_t len;
+	char *dst;
+	size_t off;
+
+	if (pos >= size) {
+		/* truncated meanwhile: nothing to write */
+		folio_unlock(folio);
+		return 0;
+	}
+	len = min_t(loff_t, folio_size(folio), size - pos);
+	if (b->op && (pos != b->start + b->len || b->nr == b->max ||
+		      b->len + folio_size(folio) > pvfs_slot_size()))
+		pvfs_wb_flush(b);
+	if (!b->op) {
+		b->op = pvfs_io_op(b->inode, PVFSD_OP_WRITE, pos, pvfs_slot_size());
+		if (IS_ERR(b->op)) {
+			int err = PTR_ERR(b->op);
+
+			b->op = NULL;
+			folio_redirty_for_writepage(wbc, folio);
+			folio_unlock(folio);
+			return err;
+		}
+		b->start = pos;
+	}
+	folio_start_writeback(folio);
+	for (off = 0; off < len; off += PAGE_SIZE) {
+		size_t n = min_t(size_t, PAGE_SIZE, len - off);
+
+		dst = kmap_local_folio(folio, off);
+		memcpy((char *)pvfs_op_slot_addr(b->op) + b->len + off, dst, n);
+		kunmap_local(dst);
+	}
+	folio_get(folio);
+	b->folios[b->nr++] = folio;
+	b->len += len;
+	folio_unlock(folio);
+	/* a partial last folio ends the batch */
+	if (len < folio_size(folio))
+		pvfs_wb_flush(b);
+	return 0;
+}
+
+static int pvfs_writepages(struct address_space *mapping, struct writeback_control *wbc)
+{
+	struct pvfs_wb_batch b = {.inode = mapping->host};
+	int err;
+
+	if (!pvfs_slot_size())
+		return -ENOTCONN;
+	b.max = pvfs_slot_size() / PAGE_SIZE;
+	b.folios = kcalloc(b.max, sizeof(*b.folios), GFP_NOFS);
+	if (!b.folios)
+		return -ENOMEM;
+	err = write_cache_pages(mapping, wbc, pvfs_wb_add, &b);
+	pvfs_wb_flush(&b);
+	kfree(b.folios);
+	pvfs_attr_stale(mapping->host);
+	return err ? err : b.err;
+}
+
+const struct address_space_operations pvfs_aops = {
+	.read_folio = pvfs_read_folio,
+	.readahead = pvfs_readahead,
+	.write_begin = pvfs_write_begin,
+	.write_end = pvfs_write_end,
+	.writepages = pvfs_writepages,
+	.dirty_folio = filemap_dirty_folio,
+	/* O_DIRECT is served by read_iter/write_iter themselves */
+	.direct_IO = noop_direct_IO,
+};
+
+/* ---- O_DIRECT: the caller's buffer to and from slots ---- */
+
+static ssize_t pvfs_direct_io(struct kiocb *iocb, struct iov_iter *iter, bool write)
+{
+	struct inode *inode = file_inode(iocb->ki_filp);
+	loff_t pos = iocb->ki_pos;
+	size_t count = iov_iter_count(iter);
+	ssize_t total = 0;
+	int err;
+
+	/* what the page cache holds of the range goes first or away */
+	err = filemap_write_and_wait_range(inode->i_mapping, pos, pos + count - 1);
+	if (err)
+		return err;
+	while (iov_iter_count(iter)) {
+		struct pvfs_op *op;
+		size_t len;
+		ssize_t done;
+
+		op = pvfs_io_op(inode, write ? PVFSD_OP_WRITE : PVFSD_OP_READ, pos,
+				iov_iter_count(iter));
+		if (IS_ERR(op)) {
+			err = PTR_ERR(op);
+			break;
+		}
+		len = pvfs_io_len(op);
+		if (write && copy_from_iter(pvfs_op_slot_addr(op), len, iter) != len) {
+			pvfs_op_put(op);
+			err = -EFAULT;
+			break;
+		}
+		done = pvfs_io_run(op);
+		if (done > 0 && !write && copy_to_iter(pvfs_op_slot_addr(op), done, iter) != done)
+			done = -EFAULT;
+		pvfs_op_put(op);
+		if (done < 0) {
+			err = done;
+			break;
+		}
+		pos += done;
+		total += done;
+		if ((size_t)done < len)
+			break; /* end of file */
+	}
+	if (write && total) {
+		invalidate_inode_pages2_range(inode->i_mapping, iocb->ki_pos >> PAGE_SHIFT,
+					      (pos - 1) >> PAGE_SHIFT);
+		if (pos > i_size_read(inode))
+			i_size_write(inode, pos);
+		pvfs_attr_stale(inode);
+	}
+	iocb->ki_pos = pos;
+	return total ? total : err;
+}
+
+/* ---- file operations ---- */
+
+static int pvfs_open(struct inode *inode, struct file *file)
+{
+	int err = generic_file_open(inode, file);
+
+	if (err)
+		return err;
+	/* close-to-open: see what other clients wrote before we opened */
+	return pvfs_revalidate(inode, true);
+}
+
+static int pvfs_flush(struct file *file, fl_owner_t id)
+{
+	if (!(file->f_mode & FMODE_WRITE))
+		return 0;
+	return filemap_write_and_wait(file->f_mapping);
+}
+
+static int pvfs_fsync(struct file *file, loff_t start, loff_t end, int datasync)
+{
+	struct inode *inode = file_inode(file);
+	struct pvfsd_fsync_req *req;
+	struct pvfs_op *op;
+	int err;
+
+	err = file_write_and_wait_range(file, start, end);
+	if (err)
+		return err;
+	op = pvfs_op_new(PVFS_SB(inode->i_sb), PVFSD_OP_FSYNC, sizeof(*req), 0);
+	if (IS_ERR(op))
+		return PTR_ERR(op);
+	req = pvfs_op_req(op);
+	req->handle = PVFS_I(inode)->handle;
+	req->datasync = datasync;
+	err = pvfs_op_run(op);
+	pvfs_op_put(op);
+	return err;
+}
+
+static ssize_t pvfs_read_iter(struct kiocb *iocb, struct iov_iter *to)
+{
+	struct inode *inode = file_inode(iocb->ki_filp);
+	int err;
+
+	if (!iov_iter_count(to))
+		return 0;
+	if (iocb->ki_flags & IOCB_DIRECT)
+		return pvfs_direct_io(iocb, to, false);
+	err = pvfs_revalidate(inode, false);
+	if (err)
+		return err;
+	return generic_file_read_iter(iocb, to);
+}
+
+static ssize_t pvfs_write_iter(struct kiocb *iocb, struct iov_iter *from)
+{
+	struct inode *inode = file_inode(iocb->ki_filp);
+	ssize_t ret;
+
+	if (iocb->ki_flags & IOCB_APPEND) {
+		/* append at the end as the servers know it */
+		ret = pvfs_revalidate(inode, true);
+		if (ret)
+			return ret;
+	}
+	if (!(iocb->ki_flags & IOCB_DIRECT))
+		return generic_file_write_iter(iocb, from);
+
+	inode_lock(inode);
+	ret = generic_write_checks(iocb, from);
+	if (ret > 0) {
+		int err = file_remove_privs(iocb->ki_filp);
+
+		ret = err ? err : pvfs_direct_io(iocb, from, true);
+	}
+	inode_unlock(inode);
+	if (ret > 0)
+		ret = generic_write_sync(iocb, ret);
+	return ret;
+}
+
+static loff_t pvfs_llseek(struct file *file, loff_t offset, int whence)
+{
+	struct inode *inode = file_inode(file);
+	int err;
+
+	if (whence == SEEK_END || whence == SEEK_DATA || whence == SEEK_HOLE) {
+		err = pvfs_revalidate(inode, true);
+		if (err)
+			return err;
+	}
+	return generic_file_llseek(file, offset, whence);
+}
+
+const struct file_operations pvfs_file_fops = {
+	.open = pvfs_open,
+	.flush = pvfs_flush,
+	.fsync = pvfs_fsync,
+	.read_iter = pvfs_read_iter,
+	.write_iter = pvfs_write_iter,
+	.llseek = pvfs_llseek,
+	.mmap = generic_file_mmap,
+	.splice_read = pvfs_splice_read,
+	.splice_write = iter_file_splice_write,
+};

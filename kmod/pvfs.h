@@ -19,6 +19,7 @@
 #include <linux/workqueue.h>
 
 #include "pvfs/pvfsd_dev.h"
+#include "compat.h"
 
 /* ---- mounts ---------------------------------------------------------- */
 
@@ -122,17 +123,64 @@ size_t pvfs_slot_size(void);
 /* Drops the caller's reference (NULL and ERR_PTR are ignored). */
 void pvfs_op_put(struct pvfs_op *op);
 
-/* ---- inodes (inode.c) ---------------------------------------------------- */
+/* ---- the VFS side -------------------------------------------------------- */
 
+struct pvfs_inode_info {
+	struct inode vfs_inode;
+	u64 handle;
+	u32 blksize;		 /* the file's stripe size */
+	unsigned long attr_time; /* jiffies of the last fresh attributes; 0: stale */
+};
+
+static inline struct pvfs_inode_info *PVFS_I(struct inode *inode)
+{
+	return container_of(inode, struct pvfs_inode_info, vfs_inode);
+}
+
+static inline struct pvfs_sb_info *PVFS_SB(struct super_block *sb)
+{
+	return sb->s_fs_info;
+}
+
+/* inode.c */
 int pvfs_inode_cache_init(void);
 void pvfs_inode_cache_exit(void);
-/* super_operations hooks super.c installs */
 struct inode *pvfs_alloc_inode(struct super_block *sb);
 void pvfs_free_inode(struct inode *inode);
 /* The inode of @attr's handle, created or refreshed from @attr; ERR_PTR. */
 struct inode *pvfs_iget(struct super_block *sb, const struct pvfsd_attr *attr);
-/* For sb->s_d_op (namei.c); NULL until revalidation exists. */
+/* Takes fresh attributes from the daemon into @inode. */
+void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr);
+/* GETATTR unless the cached attributes are young enough (or @force). */
+int pvfs_revalidate(struct inode *inode, bool force);
+/* The attributes changed on the server (we changed them): ask next time. */
+static inline void pvfs_attr_stale(struct inode *inode)
+{
+	PVFS_I(inode)->attr_time = 0;
+}
+unsigned long pvfs_attr_timeout(struct inode *inode);
+int pvfs_getattr(PVFS_IDMAP_T *idmap, const struct path *path, struct kstat *stat, u32 request_mask,
+		 unsigned int query_flags);
+int pvfs_setattr(PVFS_IDMAP_T *idmap, struct dentry *dentry, struct iattr *iattr);
+int pvfs_permission(PVFS_IDMAP_T *idmap, struct inode *inode, int mask);
+extern const struct inode_operations pvfs_file_iops;
+extern const struct inode_operations pvfs_special_iops;
+
+/* namei.c */
+extern const struct inode_operations pvfs_dir_iops;
+extern const struct inode_operations pvfs_symlink_iops;
 extern const struct dentry_operations pvfs_dentry_ops;
+
+/* dir.c */
+extern const struct file_operations pvfs_dir_fops;
+
+/* file.c */
+extern const struct file_operations pvfs_file_fops;
+extern const struct address_space_operations pvfs_aops;
+
+/* xattr.c */
+extern const struct xattr_handler *pvfs_xattr_handlers[];
+ssize_t pvfs_listxattr(struct dentry *dentry, char *list, size_t size);
 
 /* ---- the channel --------------------------------------------------------- */
 

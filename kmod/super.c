@@ -268,6 +268,7 @@ static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 	sb->s_magic = PVFS_SUPER_MAGIC;
 	sb->s_op = &pvfs_super_ops;
 	sb->s_d_op = &pvfs_dentry_ops;
+	sb->s_xattr = pvfs_xattr_handlers;
 	sb->s_time_gran = 1;
 	sb->s_maxbytes = MAX_LFS_FILESIZE;
 	sb->s_blocksize = PAGE_SIZE;

@@ -121,8 +121,7 @@ int Handler::attach(const Upcall &up, Downcall &out)
     r.fs_id = c->cluster().fs_id;
     r.max_name = static_cast<std::uint32_t>(pvfs::max_name);
     out.put(r);
-    gossip::info(gossip::Mask::pvfsd, "mount {}: attached to {}{}", req->common.mount_id,
-                 *source,
+    gossip::info(gossip::Mask::pvfsd, "mount {}: attached to {}{}", req->common.mount_id, *source,
                  (req->common.flags & PVFSD_REQ_REPLAYED) != 0 ? " (replayed)" : "");
     clients_[req->common.mount_id] = std::move(c);
     return 0;
@@ -146,8 +145,8 @@ int Handler::dispatch(const Upcall &up, client::Client &c, Downcall &out)
                 put_attr(out, a);
             return rc;
         }
-        const int rc = up.op() == PVFSD_OP_UNLINK ? c.unlink(req->parent, *name)
-                                                   : c.rmdir(req->parent, *name);
+        const int rc =
+            up.op() == PVFSD_OP_UNLINK ? c.unlink(req->parent, *name) : c.rmdir(req->parent, *name);
         // A replayed removal the dead daemon had done already.
         return rc == -ENOENT && replayed ? 0 : rc;
     }
@@ -167,9 +166,8 @@ int Handler::dispatch(const Upcall &up, client::Client &c, Downcall &out)
             return -EINVAL;
         client::SetAttr s;
         // PVFSD_SET_MODE..MTIME_NOW are proto's set_* bits.
-        s.mask = req->mask & (proto::set_mode | proto::set_uid | proto::set_gid |
-                              proto::set_atime | proto::set_mtime | proto::set_atime_now |
-                              proto::set_mtime_now);
+        s.mask = req->mask & (proto::set_mode | proto::set_uid | proto::set_gid | proto::set_atime |
+                              proto::set_mtime | proto::set_atime_now | proto::set_mtime_now);
         s.mode = req->mode & 07777U;
         s.uid = req->uid;
         s.gid = req->gid;
@@ -190,8 +188,8 @@ int Handler::dispatch(const Upcall &up, client::Client &c, Downcall &out)
             return -EINVAL;
         Attr a;
         bool created = false;
-        int rc = c.create(req->parent, *name, req->mode & 07777U, req->exclusive != 0, Layout{},
-                          a, &created);
+        int rc = c.create(req->parent, *name, req->mode & 07777U, req->exclusive != 0, Layout{}, a,
+                          &created);
         if (rc == -EEXIST && replayed) {
             // The dead daemon made it: answer as that create would have.
             rc = c.lookup(req->parent, *name, a);
@@ -336,7 +334,7 @@ int Handler::dispatch(const Upcall &up, client::Client &c, Downcall &out)
             return -EINVAL;
         }
         const std::int64_t n = up.op() == PVFSD_OP_READ ? c.read(req->handle, req->offset, mem)
-                                                         : c.write(req->handle, req->offset, mem);
+                                                        : c.write(req->handle, req->offset, mem);
         if (n < 0)
             return static_cast<int>(n);
         pvfsd_io_resp r{};

@@ -123,9 +123,10 @@ bool hello(int fd, const Settings &s, pvfsd_hello &granted)
             continue;
         }
         std::string why;
-        const auto up = n > 0 ? pvfs::pvfsd::Upcall::parse(
-                                    std::span(buf).first(static_cast<std::size_t>(n)), why)
-                              : std::nullopt;
+        const auto up =
+            n > 0
+                ? pvfs::pvfsd::Upcall::parse(std::span(buf).first(static_cast<std::size_t>(n)), why)
+                : std::nullopt;
         const auto g = up ? up->body<pvfsd_hello>() : std::nullopt;
         if (!g || up->op() != PVFSD_OP_HELLO) {
             gossip::error(gossip::Mask::dev, "no HELLO answer from pvfs.ko: {}",
@@ -179,8 +180,9 @@ int run(const Settings &s)
         if ((fds[1].revents & POLLIN) != 0) {
             signalfd_siginfo si{};
             if (::read(sig.get(), &si, sizeof(si)) > 0) {
-                gossip::info(gossip::Mask::pvfsd, "signal {}: stopping; the kernel keeps "
-                                                  "pending requests for the next pvfsd",
+                gossip::info(gossip::Mask::pvfsd,
+                             "signal {}: stopping; the kernel keeps "
+                             "pending requests for the next pvfsd",
                              si.ssi_signo);
                 return 0;
             }
@@ -249,8 +251,9 @@ int main(int argc, char **argv)
     app.add_option("--device", s.device, "the channel device")->capture_default_str();
     app.add_option("--key-file", s.key_file,
                    "cluster key (default: $PVFS_KEY_FILE, else /etc/pvfs/pvfs.key)");
-    app.add_option("--log", s.log_file, "log to this file (default: stderr in the foreground, "
-                                        "else syslog)");
+    app.add_option("--log", s.log_file,
+                   "log to this file (default: stderr in the foreground, "
+                   "else syslog)");
     app.add_option("--debug", s.debug, "debug masks, e.g. pvfsd,dev,client (default: $PVFS_DEBUG)");
     app.add_option("--pid-file", s.pid_file, "write the daemon's pid here");
     app.add_option("--slot-size", s.slot_size, "bytes per data slot, a power of two")
