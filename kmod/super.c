@@ -8,6 +8,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/backing-dev.h>
 #include <linux/fs.h>
 #include <linux/fs_context.h>
 #include <linux/fs_parser.h>
@@ -275,6 +276,15 @@ static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 	sb->s_blocksize_bits = PAGE_SHIFT;
 	if (sbi->opts.sync)
 		sb->s_flags |= SB_SYNCHRONOUS;
+
+	/* a bdi of its own: writeback, and readahead as large as a slot */
+	err = super_setup_bdi(sb);
+	if (err)
+		return err;
+	if (pvfs_slot_size()) {
+		sb->s_bdi->ra_pages = pvfs_slot_size() >> PAGE_SHIFT;
+		sb->s_bdi->io_pages = sb->s_bdi->ra_pages;
+	}
 
 	err = pvfs_mount_register(sbi);
 	if (err) {

@@ -274,6 +274,8 @@ int main(int argc, char **argv)
         std::fprintf(stderr, "pvfsd: %s\n", configured.error.c_str());
         return 2;
     }
+    // Mounts attaching and detaching are rare and worth a line each.
+    gossip::set_verbose(true);
     if (!s.log_file.empty()) {
         if (const auto st = gossip::log_to_file(s.log_file); !st.ok()) {
             std::fprintf(stderr, "pvfsd: %s\n", st.error.c_str());
