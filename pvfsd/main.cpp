@@ -11,15 +11,16 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <span>
 #include <string>
@@ -164,7 +165,8 @@ int run(const Settings &s)
     ::sigemptyset(&stop);
     ::sigaddset(&stop, SIGTERM);
     ::sigaddset(&stop, SIGINT);
-    ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+    // Before any thread exists: the signals wait for the signalfd.
+    ::sigprocmask(SIG_BLOCK, &stop, nullptr); // NOLINT(concurrency-mt-unsafe)
     UniqueFd sig(::signalfd(-1, &stop, SFD_NONBLOCK | SFD_CLOEXEC));
 
     pvfs::pvfsd::HandlerOptions ho;
@@ -242,7 +244,9 @@ bool daemonize(const std::string &pid_file)
 
 } // namespace
 
-int main(int argc, char **argv)
+namespace {
+
+int run_main(int argc, char **argv)
 {
     Settings s;
     CLI::App app{"pvfsd: the pvfs client daemon; answers pvfs.ko's requests through /dev/pvfsd "
@@ -291,4 +295,16 @@ int main(int argc, char **argv)
     const int rc = run(s);
     gossip::flush();
     return rc;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    try {
+        return run_main(argc, argv);
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "pvfsd: %s\n", e.what());
+        return 1;
+    }
 }

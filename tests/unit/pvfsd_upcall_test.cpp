@@ -1,0 +1,188 @@
+// pvfsd's message handling without a kernel: upcall parsing refuses every
+// malformed message, tails are bounds-checked, downcalls are well formed,
+// and the handler answers bad bodies and unknown mounts with an errno
+// instead of trusting them.
+#include <atf-c++.hpp>
+
+#include "handler.hpp"
+#include "upcall.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+using pvfs::pvfsd::Downcall;
+using pvfs::pvfsd::Handler;
+using pvfs::pvfsd::Upcall;
+
+template <typename Body>
+std::vector<std::byte> message(std::uint16_t op, std::uint64_t tag, const Body &body,
+                               std::string_view tail = {})
+{
+    Downcall d(op, tag); // an upcall has the same layout
+    d.put(body);
+    d.put_string(tail);
+    return d.finish(0);
+}
+
+pvfsd_msg_hdr header_of(const std::vector<std::byte> &msg)
+{
+    pvfsd_msg_hdr h{};
+    std::memcpy(&h, msg.data(), sizeof(h));
+    return h;
+}
+
+void set_header(std::vector<std::byte> &msg, const pvfsd_msg_hdr &h)
+{
+    std::memcpy(msg.data(), &h, sizeof(h));
+}
+
+std::vector<std::byte> name_upcall(std::uint16_t op, std::uint64_t mount, std::string_view name)
+{
+    pvfsd_name_req r{};
+    r.common.mount_id = mount;
+    r.parent = 1;
+    r.name_len = static_cast<std::uint32_t>(name.size());
+    return message(op, 9, r, name);
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(parse_accepts_a_good_upcall);
+ATF_TEST_CASE_BODY(parse_accepts_a_good_upcall)
+{
+    const auto msg = name_upcall(PVFSD_OP_LOOKUP, 3, "file");
+    std::string why;
+    const auto up = Upcall::parse(msg, why);
+    ATF_REQUIRE(up.has_value());
+    ATF_REQUIRE_EQ(up->op(), PVFSD_OP_LOOKUP);
+    ATF_REQUIRE_EQ(up->tag(), 9U);
+    const auto req = up->body<pvfsd_name_req>();
+    ATF_REQUIRE(req.has_value());
+    ATF_REQUIRE_EQ(req->common.mount_id, 3U);
+    ATF_REQUIRE_EQ(std::string(*up->tail(sizeof(pvfsd_name_req), 0, 4)), "file");
+    // a tail beyond the message is refused, also with an overflowing offset
+    ATF_REQUIRE(!up->tail(sizeof(pvfsd_name_req), 0, 5).has_value());
+    ATF_REQUIRE(!up->tail(sizeof(pvfsd_name_req), 2, 3).has_value());
+    ATF_REQUIRE(!up->tail(sizeof(pvfsd_name_req), ~std::size_t{0}, 1).has_value());
+    ATF_REQUIRE(!up->body<pvfsd_setattr_req>().has_value()); // larger than the body
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(parse_refuses_malformed_messages);
+ATF_TEST_CASE_BODY(parse_refuses_malformed_messages)
+{
+    const auto good = name_upcall(PVFSD_OP_LOOKUP, 3, "file");
+    std::string why;
+    ATF_REQUIRE(!Upcall::parse(std::span(good).first(10), why).has_value());
+    ATF_REQUIRE(why.find("shorter than a header") != std::string::npos);
+
+    auto bad = good;
+    auto h = header_of(bad);
+    h.magic ^= 1U;
+    set_header(bad, h);
+    ATF_REQUIRE(!Upcall::parse(bad, why).has_value());
+    ATF_REQUIRE_EQ(why, "bad magic");
+
+    bad = good;
+    h = header_of(bad);
+    h.version = PVFSD_DEV_VERSION + 1;
+    set_header(bad, h);
+    ATF_REQUIRE(!Upcall::parse(bad, why).has_value());
+    ATF_REQUIRE(why.find("channel version") != std::string::npos);
+
+    bad = good;
+    h = header_of(bad);
+    h.length += 1;
+    set_header(bad, h);
+    ATF_REQUIRE(!Upcall::parse(bad, why).has_value());
+
+    for (const std::uint16_t op :
+         {std::uint16_t{0}, std::uint16_t{PVFSD_OP_COUNT}, std::uint16_t{999}}) {
+        bad = good;
+        h = header_of(bad);
+        h.op = op;
+        set_header(bad, h);
+        ATF_REQUIRE(!Upcall::parse(bad, why).has_value());
+        ATF_REQUIRE(why.find("unknown op") != std::string::npos);
+    }
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(downcall_status_rules);
+ATF_TEST_CASE_BODY(downcall_status_rules)
+{
+    Downcall d(PVFSD_OP_GETATTR, 5);
+    d.put(pvfsd_attr_resp{});
+    const auto ok = d.finish(0);
+    ATF_REQUIRE_EQ(ok.size(), sizeof(pvfsd_msg_hdr) + sizeof(pvfsd_attr_resp));
+    ATF_REQUIRE_EQ(header_of(ok).length, ok.size());
+    ATF_REQUIRE_EQ(header_of(ok).tag, 5U);
+    ATF_REQUIRE_EQ(header_of(ok).magic, PVFSD_DEV_MAGIC);
+
+    const auto err = d.finish(-ENOENT); // an error carries no body
+    ATF_REQUIRE_EQ(err.size(), sizeof(pvfsd_msg_hdr));
+    ATF_REQUIRE_EQ(header_of(err).status, -ENOENT);
+    // statuses the kernel would refuse become EIO
+    ATF_REQUIRE_EQ(header_of(d.finish(7)).status, -EIO);
+    ATF_REQUIRE_EQ(header_of(d.finish(-5000)).status, -EIO);
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(names);
+ATF_TEST_CASE_BODY(names)
+{
+    using pvfs::pvfsd::valid_name;
+    ATF_REQUIRE(valid_name("a"));
+    ATF_REQUIRE(valid_name(std::string(255, 'x')));
+    ATF_REQUIRE(!valid_name(""));
+    ATF_REQUIRE(!valid_name(std::string(256, 'x')));
+    ATF_REQUIRE(!valid_name("a/b"));
+    ATF_REQUIRE(!valid_name(std::string_view("a\0b", 3)));
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(handler_refuses_what_it_cannot_trust);
+ATF_TEST_CASE_BODY(handler_refuses_what_it_cannot_trust)
+{
+    std::vector<std::byte> slots(1U << 16U);
+    Handler handler({}, slots, 1U << 16U);
+    std::string why;
+    auto answer = [&](const std::vector<std::byte> &msg) {
+        const auto up = Upcall::parse(msg, why);
+        ATF_REQUIRE(up.has_value());
+        const auto reply = handler.handle(*up);
+        ATF_REQUIRE(reply.size() >= sizeof(pvfsd_msg_hdr));
+        ATF_REQUIRE_EQ(header_of(reply).tag, up->tag());
+        ATF_REQUIRE_EQ(header_of(reply).op, up->op());
+        return header_of(reply).status;
+    };
+    // a mount that never attached
+    ATF_REQUIRE_EQ(answer(name_upcall(PVFSD_OP_LOOKUP, 42, "x")), -ENOTCONN);
+    // a body too short for its op
+    ATF_REQUIRE_EQ(answer(message(PVFSD_OP_GETATTR, 1, std::uint32_t{0})), -EINVAL);
+    // ATTACH whose source length runs past the message
+    pvfsd_attach_req a{};
+    a.common.mount_id = 1;
+    a.source_len = 100;
+    ATF_REQUIRE_EQ(answer(message(PVFSD_OP_ATTACH, 2, a, "tcp://x:1/fs")), -EINVAL);
+    // ATTACH to nowhere: a clear error, no crash
+    const std::string nowhere = "tcp://127.0.0.1:9/nowhere-fs";
+    a.source_len = static_cast<std::uint32_t>(nowhere.size());
+    ATF_REQUIRE_EQ(answer(message(PVFSD_OP_ATTACH, 3, a, nowhere)), -ECONNREFUSED);
+    ATF_REQUIRE_EQ(handler.mounts(), 0U);
+    // CANCEL needs no answer
+    const auto cancel = message(PVFSD_OP_CANCEL, 4, pvfsd_cancel_req{7});
+    const auto up = Upcall::parse(cancel, why);
+    ATF_REQUIRE(up.has_value());
+    ATF_REQUIRE(handler.handle(*up).empty());
+}
+
+ATF_INIT_TEST_CASES(tcs)
+{
+    ATF_ADD_TEST_CASE(tcs, parse_accepts_a_good_upcall);
+    ATF_ADD_TEST_CASE(tcs, parse_refuses_malformed_messages);
+    ATF_ADD_TEST_CASE(tcs, downcall_status_rules);
+    ATF_ADD_TEST_CASE(tcs, names);
+    ATF_ADD_TEST_CASE(tcs, handler_refuses_what_it_cannot_trust);
+}
