@@ -316,12 +316,14 @@ static ssize_t pvfs_direct_io(struct kiocb *iocb, struct iov_iter *iter, bool wr
 {
 	struct inode *inode = file_inode(iocb->ki_filp);
 	loff_t pos = iocb->ki_pos;
-	size_t count = iov_iter_count(iter);
 	ssize_t total = 0;
 	int err;
 
-	/* what the page cache holds of the range goes first or away */
-	err = filemap_write_and_wait_range(inode->i_mapping, pos, pos + count - 1);
+	/*
+	 * Dirty pages go to the servers first, all of them: one beyond the
+	 * range may be what makes the file reach into it.
+	 */
+	err = filemap_write_and_wait(inode->i_mapping);
 	if (err)
 		return err;
 	while (iov_iter_count(iter)) {

@@ -25,7 +25,7 @@ namespace {
 using gossip::Mask;
 
 // The largest request: a write with its inline data, plus the envelope.
-constexpr std::uint64_t max_request_bytes = proto::max_inline_data + std::uint64_t{64} * 1024U;
+constexpr std::uint64_t max_request_bytes = proto::max_request_bytes;
 // Unexpected bytes one client may have queued at the server.
 constexpr std::uint64_t per_client_unexpected = std::uint64_t{16} << 20U;
 // How long a stopping server lets the requests in progress finish.

@@ -50,6 +50,9 @@ inline constexpr std::size_t key_size = 32;
 inline constexpr std::size_t max_readdir_entries = 4096;
 inline constexpr std::size_t max_config_text = std::size_t{1} << 20U;
 inline constexpr std::size_t max_inline_data = std::size_t{64} << 10U;
+// Largest encoded request: inline data (or an xattr value) with room for
+// the rest.  Servers accept unexpected messages this large; clients send them.
+inline constexpr std::size_t max_request_bytes = max_inline_data + (std::size_t{64} << 10U);
 inline constexpr std::size_t max_object_sizes = 1024;  // handles in one object_sizes
 inline constexpr std::size_t max_list_handles = 16384; // handles in one list reply
 inline constexpr std::size_t max_xattr_names = 4096;   // names in one xattr_list reply

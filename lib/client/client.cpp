@@ -763,6 +763,13 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
         return nullptr;
     }
     impl->ctx = impl->bmi->open_context();
+    // Requests carry small writes and xattr values inline: as large as the
+    // servers accept, above BMI's default unexpected-message limit.
+    if (const int rc = impl->bmi->set_info(bmi::Info::unexpected_limit, proto::max_request_bytes);
+        rc != 0) {
+        error = "cannot set BMI's message limit: " + error_text(rc);
+        return nullptr;
+    }
 
     const bool is_url = options.target.find("://") != std::string::npos;
     std::string key_file = options.key_file;

@@ -101,8 +101,12 @@ ATF_TEST_CASE_BODY(round_trips_around_stripes)
 {
     Cluster cl;
     auto c = cl.connect();
-    for (const std::uint64_t size : {std::uint64_t{0}, std::uint64_t{1}, stripe - 1, stripe,
-                                     stripe + 1, 3 * stripe + 17, 10 * stripe + 4095}) {
+    // Also sizes around the inline-data limit and BMI's default unexpected
+    // message size (16 KiB): one request each, data inline or pulled.
+    for (const std::uint64_t size :
+         {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{16383}, std::uint64_t{16385},
+          std::uint64_t{24576}, std::uint64_t{32768}, std::uint64_t{32769}, stripe - 1, stripe,
+          stripe + 1, 3 * stripe + 17, 10 * stripe + 4095}) {
         const std::string name = "f" + std::to_string(size);
         const Attr a = make_file(*c, name);
         const std::vector<std::byte> data = test::pattern(size, static_cast<unsigned>(size));

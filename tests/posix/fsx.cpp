@@ -1,0 +1,342 @@
+// pvfs-fsx: a random-operation integrity tester in the style of fsx.  It
+// runs seeded random writes, reads, truncates, mmap writes and reads,
+// fsyncs, O_DIRECT reads and writes and reopens on one file, keeps what the
+// file must hold in memory, and checks every read and, at the end, the
+// whole file against it.
+//
+//   pvfs-fsx FILE [--ops N] [--seed S] [--max-size BYTES] [--no-direct]
+//            [--no-mmap] [--verbose]
+//
+// Prints the seed first, so a failure can be replayed; on the first
+// mismatch prints the op, the offset, expected and found bytes and the last
+// 20 ops, and exits 1.  Exits 2 on bad usage or when FILE cannot be used.
+#include <pvfs/unique_fd.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using pvfs::UniqueFd;
+
+constexpr std::size_t direct_align = 4096;
+
+struct Settings {
+    std::string path;
+    std::uint64_t ops = 10000;
+    std::uint64_t seed = 0;
+    std::size_t max_size = std::size_t{4} << 20U;
+    bool direct = true;
+    bool mmap = true;
+    bool verbose = false;
+};
+
+// Memory aligned for O_DIRECT, freed on destruction.
+struct AlignedFree {
+    // NOLINTNEXTLINE(cppcoreguidelines-no-malloc,cppcoreguidelines-owning-memory)
+    void operator()(void *p) const noexcept { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<char, AlignedFree>;
+
+AlignedBuffer aligned(std::size_t bytes)
+{
+    return AlignedBuffer(static_cast<char *>(std::aligned_alloc(direct_align, bytes))); // NOLINT
+}
+
+class Tester {
+public:
+    explicit Tester(const Settings &s) : s_(s), rng_(s.seed) {}
+
+    int run()
+    {
+        fd_ = UniqueFd(::open(s_.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        if (!fd_.valid())
+            return fatal("open " + s_.path);
+        if (s_.direct) {
+            dfd_ = UniqueFd(::open(s_.path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC));
+            if (!dfd_.valid()) {
+                std::printf("O_DIRECT not available (%s): skipping direct I/O\n",
+                            strerrordesc_np(errno));
+                s_.direct = false;
+            }
+        }
+        for (op_ = 1; op_ <= s_.ops; ++op_) {
+            if (!step())
+                return 1;
+        }
+        if (!check_all("final check"))
+            return 1;
+        std::printf("%llu ops done, file of %zu bytes matches\n",
+                    static_cast<unsigned long long>(s_.ops), model_.size());
+        return 0;
+    }
+
+private:
+    static int fatal(const std::string &what)
+    {
+        std::printf("pvfs-fsx: %s: %s\n", what.c_str(), strerrordesc_np(errno));
+        return 2;
+    }
+
+    std::uint64_t rand(std::uint64_t n) { return n == 0 ? 0 : rng_() % n; }
+
+    void log(const std::string &line)
+    {
+        if (s_.verbose)
+            std::printf("%llu %s\n", static_cast<unsigned long long>(op_), line.c_str());
+        history_.push_back(std::to_string(op_) + " " + line);
+        if (history_.size() > 20)
+            history_.pop_front();
+    }
+
+    bool fail(const std::string &what)
+    {
+        std::printf("FAIL at op %llu (seed %llu): %s\nlast ops:\n",
+                    static_cast<unsigned long long>(op_), static_cast<unsigned long long>(s_.seed),
+                    what.c_str());
+        for (const auto &h : history_)
+            std::printf("  %s\n", h.c_str());
+        return false;
+    }
+
+    bool compare(const char *got, std::size_t off, std::size_t len, const std::string &what)
+    {
+        for (std::size_t i = 0; i < len; ++i) {
+            const char want = off + i < model_.size() ? model_[off + i] : '\0';
+            if (got[i] != want) {
+                char buf[160];
+                std::snprintf(buf, sizeof(buf),
+                              "%s: byte %zu: expected 0x%02x, found 0x%02x (file size %zu)",
+                              what.c_str(), off + i, static_cast<unsigned char>(want),
+                              static_cast<unsigned char>(got[i]), model_.size());
+                return fail(buf);
+            }
+        }
+        return true;
+    }
+
+    bool check_all(const std::string &what)
+    {
+        struct stat st {};
+        if (::fstat(fd_.get(), &st) != 0 || static_cast<std::size_t>(st.st_size) != model_.size())
+            return fail(what + ": size " + std::to_string(st.st_size) + ", expected " +
+                        std::to_string(model_.size()));
+        std::vector<char> got(model_.size());
+        if (!got.empty() &&
+            ::pread(fd_.get(), got.data(), got.size(), 0) != static_cast<ssize_t>(got.size()))
+            return fail(what + ": short read of the whole file");
+        return compare(got.data(), 0, got.size(), what);
+    }
+
+    void fill(std::vector<char> &buf)
+    {
+        const auto tag = static_cast<unsigned>(op_ & 0xffU);
+        for (char &c : buf)
+            c = static_cast<char>(static_cast<unsigned char>(tag + rand(251)));
+    }
+
+    bool do_write()
+    {
+        const std::size_t off = rand(s_.max_size);
+        const std::size_t len = 1 + rand(std::min<std::size_t>(s_.max_size - off, 256U << 10U));
+        std::vector<char> buf(len);
+        fill(buf);
+        log("write " + std::to_string(off) + " +" + std::to_string(len));
+        if (::pwrite(fd_.get(), buf.data(), len, static_cast<off_t>(off)) !=
+            static_cast<ssize_t>(len))
+            return fail("pwrite: " + std::string(strerrordesc_np(errno)));
+        if (model_.size() < off + len)
+            model_.resize(off + len, 0);
+        std::copy(buf.begin(), buf.end(), model_.begin() + static_cast<std::ptrdiff_t>(off));
+        return true;
+    }
+
+    bool do_read()
+    {
+        if (model_.empty())
+            return true;
+        const std::size_t off = rand(model_.size() + 4096);
+        const std::size_t len = 1 + rand(256U << 10U);
+        std::vector<char> buf(len);
+        log("read " + std::to_string(off) + " +" + std::to_string(len));
+        const ssize_t n = ::pread(fd_.get(), buf.data(), len, static_cast<off_t>(off));
+        if (n < 0)
+            return fail("pread: " + std::string(strerrordesc_np(errno)));
+        const std::size_t expect = off >= model_.size() ? 0 : std::min(len, model_.size() - off);
+        if (static_cast<std::size_t>(n) != expect)
+            return fail("read returned " + std::to_string(n) + ", expected " +
+                        std::to_string(expect));
+        return compare(buf.data(), off, expect, "read");
+    }
+
+    bool do_truncate()
+    {
+        const std::size_t size = rand(s_.max_size);
+        log("truncate " + std::to_string(size));
+        if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0)
+            return fail("ftruncate: " + std::string(strerrordesc_np(errno)));
+        model_.resize(size, 0);
+        return true;
+    }
+
+    bool do_mmap(bool write)
+    {
+        if (model_.empty())
+            return true;
+        const std::size_t off = rand(model_.size());
+        const std::size_t len = 1 + rand(std::min<std::size_t>(model_.size() - off, 128U << 10U));
+        const std::size_t page_off = off / 4096 * 4096;
+        const std::size_t map_len = off + len - page_off;
+        log(std::string(write ? "mapwrite " : "mapread ") + std::to_string(off) + " +" +
+            std::to_string(len));
+        void *p = ::mmap(nullptr, map_len, PROT_READ | (write ? PROT_WRITE : 0), MAP_SHARED,
+                         fd_.get(), static_cast<off_t>(page_off));
+        if (p == MAP_FAILED)
+            return fail("mmap: " + std::string(strerrordesc_np(errno)));
+        char *base = static_cast<char *>(p) + (off - page_off);
+        bool ok = true;
+        if (write) {
+            std::vector<char> buf(len);
+            fill(buf);
+            std::memcpy(base, buf.data(), len);
+            std::copy(buf.begin(), buf.end(), model_.begin() + static_cast<std::ptrdiff_t>(off));
+            if (::msync(p, map_len, MS_SYNC) != 0)
+                ok = fail("msync: " + std::string(strerrordesc_np(errno)));
+        } else {
+            ok = compare(base, off, len, "mmap read");
+        }
+        ::munmap(p, map_len);
+        return ok;
+    }
+
+    bool do_direct(bool write)
+    {
+        const std::size_t blocks = s_.max_size / direct_align;
+        const std::size_t off = rand(blocks) * direct_align;
+        const std::size_t len =
+            (1 + rand(std::min<std::size_t>(blocks - off / direct_align, 64))) * direct_align;
+        AlignedBuffer buf = aligned(len);
+        log(std::string(write ? "dwrite " : "dread ") + std::to_string(off) + " +" +
+            std::to_string(len));
+        if (write) {
+            std::vector<char> data(len);
+            fill(data);
+            std::memcpy(buf.get(), data.data(), len);
+            if (::pwrite(dfd_.get(), buf.get(), len, static_cast<off_t>(off)) !=
+                static_cast<ssize_t>(len))
+                return fail("O_DIRECT pwrite: " + std::string(strerrordesc_np(errno)));
+            if (model_.size() < off + len)
+                model_.resize(off + len, 0);
+            std::copy(data.begin(), data.end(), model_.begin() + static_cast<std::ptrdiff_t>(off));
+            return true;
+        }
+        const ssize_t n = ::pread(dfd_.get(), buf.get(), len, static_cast<off_t>(off));
+        if (n < 0)
+            return fail("O_DIRECT pread: " + std::string(strerrordesc_np(errno)));
+        const std::size_t expect = off >= model_.size() ? 0 : std::min(len, model_.size() - off);
+        if (static_cast<std::size_t>(n) != expect)
+            return fail("O_DIRECT read returned " + std::to_string(n) + ", expected " +
+                        std::to_string(expect));
+        return compare(buf.get(), off, expect, "O_DIRECT read");
+    }
+
+    bool step()
+    {
+        const std::uint64_t r = rand(100);
+        if (r < 30)
+            return do_write();
+        if (r < 60)
+            return do_read();
+        if (r < 67)
+            return do_truncate();
+        if (r < 74)
+            return s_.mmap ? do_mmap(true) : do_write();
+        if (r < 81)
+            return s_.mmap ? do_mmap(false) : do_read();
+        if (r < 86)
+            return s_.direct ? do_direct(true) : do_write();
+        if (r < 91)
+            return s_.direct ? do_direct(false) : do_read();
+        if (r < 95) {
+            log("fsync");
+            return ::fsync(fd_.get()) == 0 || fail("fsync: " + std::string(strerrordesc_np(errno)));
+        }
+        // close and reopen: close-to-open must show everything written
+        log("reopen");
+        fd_ = UniqueFd(::open(s_.path.c_str(), O_RDWR | O_CLOEXEC));
+        if (!fd_.valid())
+            return fail("reopen: " + std::string(strerrordesc_np(errno)));
+        return check_all("after reopen");
+    }
+
+    Settings s_;
+    std::mt19937_64 rng_;
+    UniqueFd fd_;
+    UniqueFd dfd_;
+    std::vector<char> model_;
+    std::deque<std::string> history_;
+    std::uint64_t op_ = 0;
+};
+
+int usage()
+{
+    std::fprintf(stderr, "usage: pvfs-fsx FILE [--ops N] [--seed S] [--max-size BYTES] "
+                         "[--no-direct] [--no-mmap] [--verbose]\n");
+    return 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    Settings s;
+    s.seed = std::random_device{}();
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        const bool has_value = i + 1 < args.size();
+        try {
+            if (a == "--ops" && has_value)
+                s.ops = std::stoull(args[++i]);
+            else if (a == "--seed" && has_value)
+                s.seed = std::stoull(args[++i]);
+            else if (a == "--max-size" && has_value)
+                s.max_size = std::stoull(args[++i]);
+            else if (a == "--no-direct")
+                s.direct = false;
+            else if (a == "--no-mmap")
+                s.mmap = false;
+            else if (a == "--verbose")
+                s.verbose = true;
+            else if (!a.starts_with("-") && s.path.empty())
+                s.path = a;
+            else
+                return usage();
+        } catch (const std::exception &) {
+            return usage();
+        }
+    }
+    if (s.path.empty() || s.max_size < direct_align * 2)
+        return usage();
+    s.max_size = s.max_size / direct_align * direct_align;
+    std::printf("pvfs-fsx: seed %llu, %llu ops, max size %zu\n",
+                static_cast<unsigned long long>(s.seed), static_cast<unsigned long long>(s.ops),
+                s.max_size);
+    std::fflush(stdout);
+    Tester t(s);
+    return t.run();
+}
