@@ -225,6 +225,17 @@ int pvfs_setattr(PVFS_IDMAP_T *idmap, struct dentry *dentry, struct iattr *iattr
 	if (IS_ERR(op))
 		return PTR_ERR(op);
 	req = pvfs_op_req(op);
+	if ((iattr->ia_valid & ATTR_FORCE) && mask == PVFSD_SET_MODE &&
+	    (iattr->ia_mode & 07777) == (inode->i_mode & 07777 & ~(S_ISUID | S_ISGID))) {
+		/*
+		 * The VFS clears setuid/setgid after another user's write or
+		 * chown (ATTR_FORCE: it already decided).  The server lets only
+		 * the owner change the mode, so this change is asked for in the
+		 * owner's name, as the kernel is trusted to assert users.
+		 */
+		req->common.fsuid = from_kuid(&init_user_ns, inode->i_uid);
+		req->common.fsgid = from_kgid(&init_user_ns, inode->i_gid);
+	}
 	req->handle = PVFS_I(inode)->handle;
 	req->mask = mask;
 	req->mode = iattr->ia_mode & 07777;
