@@ -14,8 +14,15 @@
 // when it cannot be reached, EPROTO when it answered something malformed.
 // No call waits longer than the request timeout.
 //
-// Not thread-safe: one thread uses a Client (pvfsd runs one per thread or
-// serialises).
+// Every operation exists twice: X(...) runs to its end and returns, and
+// co_X(...) is the same operation as a coroutine (Task, pvfs/task.hpp) for
+// programs that run many at once in one thread -- pvfsd keeps every
+// upcall in flight this way.  A Loop drives the coroutines: Loop::poll()
+// waits for the network and resumes the tasks whose requests ended.  Any
+// number of Clients may share one Loop (Options::loop).  Arguments of a
+// co_X (names, spans, the out-parameters) must outlive its task.
+//
+// Not thread-safe: one thread uses a Loop and its Clients.
 #ifndef PVFS_CLIENT_HPP
 #define PVFS_CLIENT_HPP
 
@@ -30,9 +37,52 @@
 
 #include "pvfs/config.hpp"
 #include "pvfs/proto.hpp"
+#include "pvfs/task.hpp"
 #include "pvfs/types.hpp"
 
 namespace pvfs::client {
+
+// The event loop of libpvfs's asynchronous operations: one BMI instance,
+// the requests in flight, their deadlines.
+class Loop {
+public:
+    // nullptr and `error` set when BMI cannot start.
+    [[nodiscard]] static std::shared_ptr<Loop> create(std::string &error);
+    ~Loop();
+    Loop(const Loop &) = delete;
+    Loop &operator=(const Loop &) = delete;
+    Loop(Loop &&) = delete;
+    Loop &operator=(Loop &&) = delete;
+
+    // Waits up to max_idle_ms (less when a request's deadline is nearer)
+    // for the network or a watched fd, and resumes every task whose
+    // requests ended -- those tasks run inside poll().
+    void poll(int max_idle_ms);
+    // Makes poll() return when fd is readable (pvfsd: the device).  The
+    // caller reads fd.  0 or a negative errno (see bmi::Bmi::watch_fd).
+    int watch_fd(int fd);
+    int unwatch_fd(int fd);
+
+    // Who the operations started from now on are from, and the id that
+    // cancel() stops them by (0: not cancellable).  An operation keeps
+    // both for its whole life, whatever is set while it waits.
+    void set_context(const Credentials &cred, std::uint64_t cancel_id);
+    // Stops the requests of every operation started with cancel_id: each
+    // ends with -ECANCELED (an operation may have done part of its work:
+    // a write some of its bytes).  Returns how many requests it stopped.
+    std::size_t cancel(std::uint64_t cancel_id);
+
+    // Groups of requests in flight now, and the most there ever were.
+    [[nodiscard]] std::size_t active() const noexcept;
+    [[nodiscard]] std::size_t peak_active() const noexcept;
+
+    struct Impl;
+    [[nodiscard]] Impl &impl() noexcept { return *impl_; }
+
+private:
+    explicit Loop(std::unique_ptr<Impl> impl) noexcept;
+    std::unique_ptr<Impl> impl_;
+};
 
 struct Options {
     // Where the file system is: a URL "tcp://host:port/fsname" (the config
@@ -59,6 +109,8 @@ struct Options {
     // this is where a user's rights over file data are enforced.  pvfsd
     // turns it off: the kernel checks at open, as for any file system.
     bool check_data_access = true;
+    // The loop this client's operations run on; empty: a loop of its own.
+    std::shared_ptr<Loop> loop;
 };
 
 // What setattr changes (proto's set_* bits) plus truncation.
@@ -110,15 +162,20 @@ public:
     // A regular file's attr.size is its file size (asked from its data
     // servers); a directory's its entry count.
     int lookup(Handle parent, std::string_view name, Attr &out);
+    Task<int> co_lookup(Handle parent, std::string_view name, Attr &out);
     // Walks an absolute path inside the file system ("/a/b"); symlinks are
     // followed in the middle, and at the end when `follow` (at most 40).
     int resolve(std::string_view path, Attr &out, bool follow = true);
+    Task<int> co_resolve(std::string_view path, Attr &out, bool follow = true);
     int getattr(Handle handle, Attr &out);
+    Task<int> co_getattr(Handle handle, Attr &out);
     int setattr(Handle handle, const SetAttr &change, Attr &out);
+    Task<int> co_setattr(Handle handle, const SetAttr &change, Attr &out);
     // access(2) on the metadata server, never cached: 0 when the caller may
     // read/write/execute the object (proto::access_read | access_write |
     // access_exec; 0 asks whether it exists), else -EACCES or -ENOENT.
     int access(Handle handle, std::uint32_t mask);
+    Task<int> co_access(Handle handle, std::uint32_t mask);
 
     // ---- namespace ---------------------------------------------------------
     // layout.stripe_count == 0: inherit from the parent directory.
@@ -126,7 +183,10 @@ public:
     // opens an existing one).
     int create(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
                const Layout &layout, Attr &out, bool *created = nullptr);
+    Task<int> co_create(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
+                        const Layout &layout, Attr &out, bool *created = nullptr);
     int mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out);
+    Task<int> co_mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out);
     // A remote directory (docs/metadata.md "Remote directories"): the
     // directory lives on metadata server `meta_index`, and so does what is
     // made inside it.  meta_index == the parent's server: a plain mkdir.
@@ -134,25 +194,38 @@ public:
     // EINVAL for an index outside the config.
     int mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out,
               std::uint32_t meta_index);
+    Task<int> co_mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out,
+                       std::uint32_t meta_index);
     int mknod(Handle parent, std::string_view name, ObjectType type, std::uint32_t mode,
               std::uint64_t rdev, Attr &out);
+    Task<int> co_mknod(Handle parent, std::string_view name, ObjectType type, std::uint32_t mode,
+                       std::uint64_t rdev, Attr &out);
     int symlink(Handle parent, std::string_view name, std::string_view target, Attr &out);
+    Task<int> co_symlink(Handle parent, std::string_view name, std::string_view target, Attr &out);
     int readlink(Handle handle, std::string &target);
+    Task<int> co_readlink(Handle handle, std::string &target);
     int link(Handle handle, Handle new_parent, std::string_view new_name, Attr &out);
+    Task<int> co_link(Handle handle, Handle new_parent, std::string_view new_name, Attr &out);
     // Removes a non-directory; its data objects go when the last link does.
     int unlink(Handle parent, std::string_view name);
+    Task<int> co_unlink(Handle parent, std::string_view name);
     // Removes an empty directory, also a remote one (in three steps, never
     // leaving a name without its directory).
     int rmdir(Handle parent, std::string_view name);
+    Task<int> co_rmdir(Handle parent, std::string_view name);
     // Renames and links within one metadata server only: EXDEV when the
     // two parents, or a moved directory and its new parent, are on
     // different servers (as for a mount point; mv copies instead).
     int rename(Handle old_parent, std::string_view old_name, Handle new_parent,
                std::string_view new_name, std::uint32_t flags = 0);
+    Task<int> co_rename(Handle old_parent, std::string_view old_name, Handle new_parent,
+                        std::string_view new_name, std::uint32_t flags = 0);
     // One page of entries after `cookie` (0: from the start); *eof when the
     // page ends the directory.
     int readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
                 std::vector<proto::DirEntry> &entries, bool &eof);
+    Task<int> co_readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
+                         std::vector<proto::DirEntry> &entries, bool &eof);
 
     // ---- data ----------------------------------------------------------
     // Reads up to buffer.size() bytes at `offset`; returns the count (short
@@ -161,44 +234,67 @@ public:
     // (Options::check_data_access), except on files this Client created:
     // those it may always read and write, as through the fd of open(O_CREAT).
     std::int64_t read(Handle handle, std::uint64_t offset, std::span<std::byte> buffer);
+    Task<std::int64_t> co_read(Handle handle, std::uint64_t offset, std::span<std::byte> buffer);
     // Writes all of `data` at `offset`; returns the count or a negative errno.
     std::int64_t write(Handle handle, std::uint64_t offset, std::span<const std::byte> data);
+    Task<std::int64_t> co_write(Handle handle, std::uint64_t offset,
+                                std::span<const std::byte> data);
     // List I/O: file regions filled from / into one memory buffer, in order.
     // Reads past the end of the file give zeros.  Returns bytes moved.
     std::int64_t read_list(Handle handle, std::span<const proto::Region> regions,
                            std::span<std::byte> memory);
+    Task<std::int64_t> co_read_list(Handle handle, std::span<const proto::Region> regions,
+                                    std::span<std::byte> memory);
     std::int64_t write_list(Handle handle, std::span<const proto::Region> regions,
                             std::span<const std::byte> memory);
+    Task<std::int64_t> co_write_list(Handle handle, std::span<const proto::Region> regions,
+                                     std::span<const std::byte> memory);
     // Makes the file's data durable on every data server it uses.
     int fsync(Handle handle);
+    Task<int> co_fsync(Handle handle);
 
     // ---- the rest --------------------------------------------------------
     int statfs(StatFs &out);
+    Task<int> co_statfs(StatFs &out);
     int xattr_get(Handle handle, std::string_view name, std::vector<std::byte> &value);
+    Task<int> co_xattr_get(Handle handle, std::string_view name, std::vector<std::byte> &value);
     int xattr_set(Handle handle, std::string_view name, std::span<const std::byte> value,
                   std::uint32_t flags);
+    Task<int> co_xattr_set(Handle handle, std::string_view name, std::span<const std::byte> value,
+                           std::uint32_t flags);
     int xattr_list(Handle handle, std::vector<std::string> &names);
+    Task<int> co_xattr_list(Handle handle, std::vector<std::string> &names);
     int xattr_remove(Handle handle, std::string_view name);
+    Task<int> co_xattr_remove(Handle handle, std::string_view name);
     int layout_get(Handle handle, Layout &out);
+    Task<int> co_layout_get(Handle handle, Layout &out);
     int layout_set(Handle handle, const Layout &layout);
+    Task<int> co_layout_set(Handle handle, const Layout &layout);
 
     // ---- maintenance (pvfs-fsck) -------------------------------------------
     // A page of the handles metadata server `meta_index` holds (root only).
     int list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
                      proto::ListHandlesResponse &out);
+    Task<int> co_list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
+                              proto::ListHandlesResponse &out);
     // A page of the data objects data server `data_index` holds.
     int list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
                      proto::ListObjectsResponse &out);
+    Task<int> co_list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
+                              proto::ListObjectsResponse &out);
     // Removes one data object from one data server.
     int remove_object(std::uint32_t data_index, Handle handle);
+    Task<int> co_remove_object(std::uint32_t data_index, Handle handle);
     // Removes a directory object that no entry names (a remote mkdir that
     // died half way): it must be empty (ENOTEMPTY).  Only for a handle
     // that fsck found unreachable: one still named would leave a dangling
     // entry.
     int remove_orphan_dir(Handle handle);
+    Task<int> co_remove_orphan_dir(Handle handle);
 
     // Asks every server for its status and statfs, all at once.
     std::vector<ServerStatus> status_all();
+    Task<std::vector<ServerStatus>> co_status_all();
 
     // Drops every cached attribute and name.
     void forget_cache();

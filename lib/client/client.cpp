@@ -18,6 +18,7 @@
 #include <variant>
 
 #include "bmi/bmi.hpp"
+#include "engine.hpp"
 #include "pvfs/gossip.hpp"
 #include "pvfs/layout.hpp"
 
@@ -28,31 +29,12 @@ namespace {
 using gossip::Mask;
 using Clock = std::chrono::steady_clock;
 
-// Bulk data moves on the request's tag with this bit (docs/server.md).
-constexpr bmi::Tag data_tag_bit = bmi::Tag{1} << 30U;
-// Responses that carry little: attributes, statuses, empty bodies.
-constexpr std::size_t small_response = std::size_t{16} * 1024U;
 // Writes at most this large travel inside the request.
 constexpr std::size_t inline_write_limit = std::size_t{32} * 1024U;
 // Symlinks followed while resolving one path (as Linux's MAXSYMLINKS).
 constexpr int max_symlinks = 40;
 // Entries asked per readdir request when walking a whole directory.
 constexpr std::uint32_t readdir_page = 512;
-
-std::int64_t realtime_ns()
-{
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-std::uint64_t random_u64()
-{
-    std::uint64_t v = 0;
-    while (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
-    }
-    return v;
-}
 
 Credentials process_credentials()
 {
@@ -69,75 +51,20 @@ Credentials process_credentials()
     return c;
 }
 
-// How many bytes the response to `body` may need.
-std::size_t response_capacity(const proto::RequestBody &body)
-{
-    if (std::holds_alternative<proto::GetConfigRequest>(body))
-        return proto::max_config_text + 4096;
-    if (const auto *r = std::get_if<proto::ReaddirRequest>(&body))
-        return 4096 + std::size_t{r->max_entries} * (max_name + 64);
-    if (std::holds_alternative<proto::XattrGetRequest>(body))
-        return max_xattr_value + 4096;
-    if (std::holds_alternative<proto::XattrListRequest>(body))
-        return proto::max_xattr_names * (max_xattr_name + 8) + 4096;
-    if (std::holds_alternative<proto::ListObjectsRequest>(body) ||
-        std::holds_alternative<proto::ListHandlesRequest>(body))
-        return proto::max_list_handles * 8 + 4096;
-    if (std::holds_alternative<proto::ObjectSizesRequest>(body))
-        return proto::max_object_sizes * 8 + 4096;
-    if (std::holds_alternative<proto::ReadlinkRequest>(body))
-        return max_path + 4096;
-    return small_response;
-}
-
 } // namespace
 
-// One request to one server, with its bulk data if it has any.
-struct Rpc {
-    std::size_t server = 0; // index into cluster.servers
-    proto::Request req;
-    std::vector<std::byte> out;
-    std::vector<std::byte> in;
-    bmi::Tag tag = 0;
-    // Bulk chunks, each a list of memory pieces (the request's stream).
-    std::vector<std::vector<bmi::ConstBuffer>> send_chunks;
-    std::vector<std::vector<bmi::MutableBuffer>> recv_chunks;
-
-    std::vector<bmi::OpId> ops; // posted, not yet completed
-    bmi::OpId recv_op = bmi::no_op;
-    bool response_arrived = false;
-    std::size_t response_size = 0;
-    int error = 0; // a negative errno of the transport or the decoding
-    bool finished = false;
-    proto::Response resp;
-    Clock::time_point started{};
-    Clock::time_point ended{};
-
-    // 0, or the negative errno of the transport or of the server.
-    [[nodiscard]] int result() const noexcept
-    {
-        if (error != 0)
-            return error;
-        return resp.status != 0 ? -resp.status : 0;
-    }
-};
+using detail::Rpc;
 
 struct Client::Impl {
     Options options;
     config::Cluster cluster;
     std::optional<proto::Key> key;
-    Credentials cred;
     std::chrono::milliseconds timeout{60000};
-    std::unique_ptr<bmi::Bmi> bmi;
-    bmi::ContextId ctx = 0;
+    std::shared_ptr<Loop> loop;
+    Loop::Impl *engine = nullptr;
     std::vector<std::string> urls; // per server: the address used
-    std::vector<bmi::Addr> addrs;  // per server, looked up on first use
     std::vector<std::size_t> meta_servers;
     std::vector<std::size_t> data_servers;
-    std::uint64_t session = random_u64() | 1U;
-    std::uint64_t seq = 0;
-    std::uint64_t request_id = 0;
-    bmi::Tag next_tag = 1;
 
     struct CachedAttr {
         Attr attr;
@@ -155,249 +82,58 @@ struct Client::Impl {
     // What the metadata server said this caller may do with a file
     // (proto::access_* bits), until `expires`; `pinned`: the file this
     // client created, read- and writable for the client's life like the fd
-    // of a creating open.
+    // of a creating open.  Answers are for one caller (`who`): pvfsd's
+    // operations run for many at once.
     struct CachedAccess {
         std::uint32_t granted = 0;
         Clock::time_point expires;
         bool pinned = false;
+        Credentials who;
     };
     std::unordered_map<Handle, CachedAccess> access_cache;
     static constexpr std::size_t max_cached_access = 65536;
 
     // ---- transport ----------------------------------------------------
-    bmi::Addr addr_of(std::size_t server, int &error)
-    {
-        if (addrs[server] == bmi::no_addr) {
-            int rc = 0;
-            addrs[server] = bmi->addr_lookup(urls[server], &rc);
-            if (addrs[server] == bmi::no_addr) {
-                error = rc != 0 ? rc : -EHOSTUNREACH;
-                return bmi::no_addr;
-            }
-        }
-        return addrs[server];
-    }
+    void set_servers(const std::vector<std::string> &server_urls) { urls = server_urls; }
 
-    void set_servers(const std::vector<std::string> &server_urls)
+    // co_await run(rpcs, depth): the requests run, at most `depth` in
+    // flight per server, until each has its response or fails, times out
+    // or is cancelled.
+    [[nodiscard]] Loop::Impl::RunAwaiter run(std::span<Rpc *const> rpcs, unsigned depth = 1U << 30U)
     {
-        urls = server_urls;
-        addrs.assign(urls.size(), bmi::no_addr);
-    }
-
-    bmi::Tag take_tag()
-    {
-        const bmi::Tag t = next_tag;
-        next_tag = next_tag + 1 >= data_tag_bit ? 1 : next_tag + 1;
-        return t;
-    }
-
-    static void track(Rpc &r, const bmi::Post &p, bool is_response)
-    {
-        if (!p.ok()) {
-            if (r.error == 0)
-                r.error = p.error;
-            return;
-        }
-        if (p.completed) {
-            if (is_response) {
-                r.response_arrived = true;
-                r.response_size = p.actual_size;
-            }
-            return;
-        }
-        r.ops.push_back(p.op);
-        if (is_response)
-            r.recv_op = p.op;
-    }
-
-    void start(Rpc &r)
-    {
-        r.req.request_id = ++request_id;
-        r.req.session = session;
-        r.req.seq = ++seq;
-        r.req.time_ns = realtime_ns();
-        r.req.cred = cred;
-        r.tag = take_tag();
-        r.started = Clock::now();
-        proto::encode(r.req, *key, r.out);
-        r.in.resize(response_capacity(r.req.body));
-        int error = 0;
-        const bmi::Addr to = addr_of(r.server, error);
-        if (to == bmi::no_addr) {
-            r.error = error;
-            return;
-        }
-        track(r, bmi->post_recv(to, r.in.data(), r.in.size(), r.tag, &r, ctx), true);
-        if (r.error != 0)
-            return;
-        track(r, bmi->post_sendunexpected(to, r.out.data(), r.out.size(), r.tag, &r, ctx), false);
-        const bmi::Tag dtag = r.tag | data_tag_bit;
-        for (const auto &chunk : r.send_chunks) {
-            if (r.error != 0)
-                break;
-            track(r, bmi->post_send_list(to, chunk, dtag, &r, ctx), false);
-        }
-        for (const auto &chunk : r.recv_chunks) {
-            if (r.error != 0)
-                break;
-            track(r, bmi->post_recv_list(to, chunk, dtag, &r, ctx), false);
-        }
-        if (r.error != 0)
-            cancel_all(r);
-    }
-
-    void cancel_all(const Rpc &r) const
-    {
-        for (const bmi::OpId op : r.ops)
-            bmi->cancel(op);
-    }
-
-    void on_completion(Rpc &r, const bmi::Completion &c)
-    {
-        std::erase(r.ops, c.op);
-        if (c.op == r.recv_op) {
-            r.recv_op = bmi::no_op;
-            if (c.error != 0) {
-                if (r.error == 0)
-                    r.error = c.error;
-            } else {
-                r.response_arrived = true;
-                r.response_size = c.actual_size;
-                decode(r);
-                // A failed request's data will never move: stop waiting.
-                if (r.result() != 0)
-                    cancel_all(r);
-            }
-        } else if (c.error != 0 && c.error != -ECANCELED && r.error == 0) {
-            r.error = c.error;
-            cancel_all(r);
-        }
-    }
-
-    void decode(Rpc &r)
-    {
-        const proto::DecodeResult d =
-            proto::decode(std::span(r.in.data(), r.response_size), *key, r.resp);
-        if (!d) {
-            gossip::warning(Mask::client, "bad response from {}: {}", urls[r.server], d.message());
-            r.error = -EPROTO;
-        } else if (!proto::answers(r.resp, r.req)) {
-            gossip::warning(Mask::client, "a response from {} does not answer its request",
-                            urls[r.server]);
-            r.error = -EPROTO;
-        }
-    }
-
-    // Runs the requests, at most `depth` in flight per server, until each
-    // has its response or the request timeout passes.
-    void run(std::span<Rpc *const> rpcs, unsigned depth = 1U << 30U)
-    {
-        std::unordered_map<std::size_t, std::vector<Rpc *>> queues;
-        std::unordered_map<std::size_t, unsigned> in_flight;
-        // Queues are popped from the back: fill them back to front.
-        for (std::size_t i = rpcs.size(); i-- > 0;)
-            queues[rpcs[i]->server].push_back(rpcs[i]);
-        std::size_t unfinished = rpcs.size();
-        auto settle = [&](Rpc &r) {
-            if (r.finished || !r.ops.empty())
-                return;
-            if (!r.response_arrived && r.error == 0)
-                return;
-            r.finished = true;
-            r.ended = Clock::now();
-            --unfinished;
-            --in_flight[r.server];
-        };
-        auto launch = [&](std::size_t server) {
-            auto &q = queues[server];
-            while (!q.empty() && in_flight[server] < depth) {
-                Rpc *r = q.back();
-                q.pop_back();
-                ++in_flight[server];
-                start(*r);
-                if (r->response_arrived && r->error == 0 && !r->finished)
-                    decode(*r);
-                settle(*r);
-            }
-        };
-        for (auto &[server, q] : queues)
-            launch(server);
-        const Clock::time_point deadline = Clock::now() + timeout;
-        std::array<bmi::Completion, 64> done{};
-        while (unfinished > 0) {
-            const auto now = Clock::now();
-            if (now >= deadline)
-                break;
-            const auto left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-            const std::size_t n =
-                bmi->testcontext(ctx, done, static_cast<int>(std::min<long long>(left + 1, 1000)));
-            for (std::size_t i = 0; i < n; ++i) {
-                auto *r = static_cast<Rpc *>(done.at(i).user_ptr);
-                if (r == nullptr)
-                    continue;
-                on_completion(*r, done.at(i));
-                settle(*r);
-                if (r->finished)
-                    launch(r->server);
-            }
-        }
-        if (unfinished == 0)
-            return;
-        // Out of time: whatever has not answered fails with ETIMEDOUT.
         for (Rpc *r : rpcs) {
-            if (r->finished)
-                continue;
-            if (r->error == 0)
-                r->error = -ETIMEDOUT;
-            cancel_all(*r);
+            r->url = &urls.at(r->server);
+            r->key = &*key;
         }
-        const Clock::time_point drain_until = Clock::now() + std::chrono::seconds(5);
-        while (Clock::now() < drain_until) {
-            bool pending = false;
-            for (Rpc *r : rpcs)
-                pending = pending || !r->ops.empty();
-            if (!pending)
-                break;
-            const std::size_t n = bmi->testcontext(ctx, done, 10);
-            for (std::size_t i = 0; i < n; ++i) {
-                if (auto *r = static_cast<Rpc *>(done.at(i).user_ptr))
-                    std::erase(r->ops, done.at(i).op);
-            }
-        }
-        for (Rpc *r : rpcs) {
-            if (!r->ops.empty())
-                gossip::error(Mask::client, "{} operations to {} did not end after cancel",
-                              r->ops.size(), urls[r->server]);
-            r->finished = true;
-        }
+        return engine->run(rpcs, depth, timeout);
     }
 
     // One request, one response.
-    int call(std::size_t server, proto::RequestBody body, proto::Response &resp)
+    Task<int> call(std::size_t server, proto::RequestBody body, proto::Response &resp)
     {
         Rpc r;
         r.server = server;
         r.req.body = std::move(body);
         Rpc *p = &r;
-        run(std::span(&p, 1));
+        co_await run(std::span(&p, 1));
         const int rc = r.result();
         if (rc == 0)
             resp = std::move(r.resp);
-        return rc;
+        co_return rc;
     }
 
-    template <typename Body> int call_body(std::size_t server, proto::RequestBody body, Body &out)
+    template <typename Body>
+    Task<int> call_body(std::size_t server, proto::RequestBody body, Body &out)
     {
         proto::Response resp;
-        const int rc = call(server, std::move(body), resp);
+        const int rc = co_await call(server, std::move(body), resp);
         if (rc != 0)
-            return rc;
+            co_return rc;
         Body *b = std::get_if<Body>(&resp.body);
         if (b == nullptr)
-            return -EPROTO;
+            co_return -EPROTO;
         out = std::move(*b);
-        return 0;
+        co_return 0;
     }
 
     // ---- routing ---------------------------------------------------------
@@ -439,34 +175,38 @@ struct Client::Impl {
     void forget(Handle h) { attrs.erase(h); }
 
     // ---- rights over file data ----------------------------------------
-    int check_access(Handle h, std::uint32_t mask)
+    Task<int> check_access(Handle h, std::uint32_t mask)
     {
         if (!options.check_data_access)
-            return 0;
+            co_return 0;
         const auto now = Clock::now();
+        const Credentials who = engine->current.cred;
         const auto it = access_cache.find(h);
         if (it != access_cache.end() && (it->second.granted & mask) == mask &&
-            (it->second.pinned || now < it->second.expires))
-            return 0;
+            (it->second.pinned || (now < it->second.expires && it->second.who == who)))
+            co_return 0;
         proto::AccessResponse r;
-        if (const int rc = meta_call(h, proto::AccessRequest{h, mask}, r); rc != 0)
-            return rc;
+        proto::RequestBody request = proto::AccessRequest{h, mask};
+        if (const int rc = co_await meta_call(h, std::move(request), r); rc != 0)
+            co_return rc;
         if (options.attr_timeout.count() <= 0)
-            return 0;
+            co_return 0;
         if (access_cache.size() >= max_cached_access)
             std::erase_if(access_cache, [](const auto &e) { return !e.second.pinned; });
         CachedAccess &e = access_cache[h];
-        if (!e.pinned && now >= e.expires)
+        if (!e.pinned && (now >= e.expires || e.who != who))
             e.granted = 0;
+        e.who = who;
         e.granted |= mask;
         e.expires = now + options.attr_timeout;
-        return 0;
+        co_return 0;
     }
     void pin_access(Handle h)
     {
         if (access_cache.size() >= max_cached_access)
             std::erase_if(access_cache, [](const auto &e) { return !e.second.pinned; });
-        access_cache[h] = CachedAccess{proto::access_read | proto::access_write, {}, true};
+        access_cache[h] =
+            CachedAccess{proto::access_read | proto::access_write, {}, true, engine->current.cred};
     }
     // A chmod or chown may change what the caller may do.
     void forget_access(Handle h)
@@ -482,70 +222,71 @@ struct Client::Impl {
 
     // ---- sizes ------------------------------------------------------------
     // The size of a regular file: the largest end implied by its objects.
-    int file_size(Handle h, const Layout &layout, std::uint64_t &size)
+    Task<int> file_size(Handle h, const Layout &layout, std::uint64_t &size)
     {
         std::vector<Rpc> rpcs(layout.stripe_count);
         std::vector<Rpc *> ptrs;
         for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
             const std::uint32_t ds = layout::server_of_slot(layout, data_count(), slot);
             if (ds >= data_servers.size())
-                return -EIO;
+                co_return -EIO;
             rpcs[slot].server = data_servers[ds];
             rpcs[slot].req.body = proto::ObjectSizesRequest{{h}};
             ptrs.push_back(&rpcs[slot]);
         }
-        run(ptrs);
+        co_await run(ptrs);
         size = 0;
         for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
             if (const int rc = rpcs[slot].result(); rc != 0)
-                return rc;
+                co_return rc;
             const auto *r = std::get_if<proto::ObjectSizesResponse>(&rpcs[slot].resp.body);
             if (r == nullptr || r->sizes.size() != 1)
-                return -EPROTO;
+                co_return -EPROTO;
             if (r->sizes[0] == proto::no_object_size)
                 continue;
             const auto end = layout::logical_size(layout, data_count(), slot, r->sizes[0]);
             if (!end)
-                return -EFBIG;
+                co_return -EFBIG;
             size = std::max(size, *end);
         }
-        return 0;
+        co_return 0;
     }
 
-    int getattr(Handle h, Attr &out, bool use_cache = true)
+    Task<int> getattr(Handle h, Attr &out, bool use_cache = true)
     {
         if (use_cache) {
             const auto it = attrs.find(h);
             if (it != attrs.end() && it->second.expires > Clock::now()) {
                 out = it->second.attr;
-                return 0;
+                co_return 0;
             }
         }
         std::size_t server = 0;
         if (const int rc = meta_server_of(h, server); rc != 0)
-            return rc;
+            co_return rc;
         proto::GetattrResponse r;
-        if (const int rc = call_body(server, proto::GetattrRequest{h}, r); rc != 0)
-            return rc;
-        if (const int rc = complete_attr(r.attr); rc != 0)
-            return rc;
+        proto::RequestBody request = proto::GetattrRequest{h};
+        if (const int rc = co_await call_body(server, std::move(request), r); rc != 0)
+            co_return rc;
+        if (const int rc = co_await complete_attr(r.attr); rc != 0)
+            co_return rc;
         out = r.attr;
         remember(out);
-        return 0;
+        co_return 0;
     }
 
     // Fills a regular file's size from its data servers.
-    int complete_attr(Attr &a)
+    Task<int> complete_attr(Attr &a)
     {
         if (a.type != ObjectType::regular)
-            return 0;
+            co_return 0;
         if (layout::validate(a.layout, data_count()) != nullptr)
-            return -EIO;
-        return file_size(a.handle, a.layout, a.size);
+            co_return -EIO;
+        co_return co_await file_size(a.handle, a.layout, a.size);
     }
 
     // Removes the data objects of a file whose last link went.
-    void remove_objects(Handle h, const Layout &layout)
+    Task<void> remove_objects(Handle h, const Layout &layout)
     {
         std::vector<Rpc> rpcs(layout.stripe_count);
         std::vector<Rpc *> ptrs;
@@ -557,7 +298,7 @@ struct Client::Impl {
             rpcs[slot].req.body = proto::RemoveObjectRequest{h};
             ptrs.push_back(&rpcs[slot]);
         }
-        run(ptrs);
+        co_await run(ptrs);
         for (const Rpc *r : ptrs) {
             if (r->result() != 0)
                 gossip::warning(Mask::client,
@@ -568,14 +309,14 @@ struct Client::Impl {
     }
 
     // ---- striped I/O -----------------------------------------------------
-    std::int64_t io(Handle h, std::span<const proto::Region> regions, std::byte *memory,
-                    std::size_t memory_size, bool is_write)
+    Task<std::int64_t> io(Handle h, std::span<const proto::Region> regions, std::byte *memory,
+                          std::size_t memory_size, bool is_write)
     {
         Attr a;
-        if (const int rc = getattr(h, a); rc != 0)
-            return rc;
+        if (const int rc = co_await getattr(h, a); rc != 0)
+            co_return rc;
         if (a.type != ObjectType::regular)
-            return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
+            co_return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
         std::vector<layout::FileRegion> file_regions;
         file_regions.reserve(regions.size());
         std::uint64_t total = 0;
@@ -584,12 +325,12 @@ struct Client::Impl {
             total += r.length;
         }
         if (total > memory_size)
-            return -EINVAL;
+            co_return -EINVAL;
         std::vector<layout::SlotRegions> per_slot;
         if (const char *why = layout::map_regions(a.layout, data_count(), file_regions, per_slot);
             why != nullptr) {
             gossip::debug(Mask::client, "I/O on {:016x} refused: {}", h, why);
-            return -EINVAL;
+            co_return -EINVAL;
         }
         const std::uint32_t chunk = cluster.defaults.bulk_chunk;
         std::vector<std::unique_ptr<Rpc>> rpcs;
@@ -639,17 +380,17 @@ struct Client::Impl {
         ptrs.reserve(rpcs.size());
         for (auto &r : rpcs)
             ptrs.push_back(r.get());
-        run(ptrs, std::max(1U, options.pipeline_depth));
+        co_await run(ptrs, std::max(1U, options.pipeline_depth));
         for (const Rpc *r : ptrs) {
             if (const int rc = r->result(); rc != 0)
-                return rc;
+                co_return rc;
         }
         if (is_write) {
             // The file may have grown: refresh the size on next use.
             forget(h);
             written.insert(h);
         }
-        return static_cast<std::int64_t>(total);
+        co_return static_cast<std::int64_t>(total);
     }
 
     // Cuts a request's memory segments into chunk-sized lists of pieces.
@@ -689,61 +430,64 @@ struct Client::Impl {
     }
 
     // Runs one metadata request about `h` (routed to h's metadata server).
-    template <typename Body> int meta_call(Handle h, proto::RequestBody body, Body &out)
+    template <typename Body> Task<int> meta_call(Handle h, proto::RequestBody body, Body &out)
     {
         std::size_t server = 0;
         if (const int rc = meta_server_of(h, server); rc != 0)
-            return rc;
-        return call_body(server, std::move(body), out);
+            co_return rc;
+        co_return co_await call_body(server, std::move(body), out);
     }
 
     // ---- remote directories (docs/metadata.md "Remote directories") ------
     // Retires, then removes, a directory object that no entry names.
-    int remove_dir_object(Handle h)
+    Task<int> remove_dir_object(Handle h)
     {
         proto::RetireDirResponse retired;
-        if (const int rc = meta_call(h, proto::RetireDirRequest{h, true}, retired); rc != 0)
-            return rc;
+        proto::RequestBody request = proto::RetireDirRequest{h, true};
+        if (const int rc = co_await meta_call(h, std::move(request), retired); rc != 0)
+            co_return rc;
         proto::RemoveDirObjectResponse removed;
         forget(h);
-        return meta_call(h, proto::RemoveDirObjectRequest{h}, removed);
+        proto::RequestBody request2 = proto::RemoveDirObjectRequest{h};
+        co_return co_await meta_call(h, std::move(request2), removed);
     }
 
     // rmdir of (parent, name) naming another server's directory: retire it
     // there (so it stays empty), drop the name here, then remove it there.
-    int rmdir_remote(Handle parent, std::string_view name)
+    Task<int> rmdir_remote(Handle parent, std::string_view name)
     {
         proto::LookupResponse found;
-        if (const int rc =
-                meta_call(parent, proto::LookupRequest{parent, std::string(name)}, found);
-            rc != 0)
-            return rc;
+        proto::RequestBody request = proto::LookupRequest{parent, std::string(name)};
+        if (const int rc = co_await meta_call(parent, std::move(request), found); rc != 0)
+            co_return rc;
         const Handle h = found.attr.handle;
         if (handle_server(h) == handle_server(parent))
-            return -EXDEV;
+            co_return -EXDEV;
         proto::RetireDirResponse retired;
-        if (const int rc = meta_call(h, proto::RetireDirRequest{h, true}, retired); rc != 0)
-            return rc;
+        proto::RequestBody request2 = proto::RetireDirRequest{h, true};
+        if (const int rc = co_await meta_call(h, std::move(request2), retired); rc != 0)
+            co_return rc;
         proto::UnlinkDirResponse unlinked;
-        if (const int rc = meta_call(
-                parent, proto::UnlinkDirRequest{parent, std::string(name), h, retired.attr.uid},
-                unlinked);
-            rc != 0) {
+        proto::RequestBody request3 =
+            proto::UnlinkDirRequest{parent, std::string(name), h, retired.attr.uid};
+        if (const int rc = co_await meta_call(parent, std::move(request3), unlinked); rc != 0) {
             proto::RetireDirResponse back;
-            if (const int undo = meta_call(h, proto::RetireDirRequest{h, false}, back); undo != 0)
+            proto::RequestBody request4 = proto::RetireDirRequest{h, false};
+            if (const int undo = co_await meta_call(h, std::move(request4), back); undo != 0)
                 gossip::warning(gossip::Mask::client, "rmdir: directory {:016x} stays retired: {}",
                                 h, client::error_text(undo));
-            return rc;
+            co_return rc;
         }
         forget(parent);
         forget(h);
         proto::RemoveDirObjectResponse removed;
-        if (const int rc = meta_call(h, proto::RemoveDirObjectRequest{h}, removed); rc != 0)
+        proto::RequestBody request5 = proto::RemoveDirObjectRequest{h};
+        if (const int rc = co_await meta_call(h, std::move(request5), removed); rc != 0)
             // The name is gone, which is what rmdir promised; the object
             // is an orphan for pvfs-fsck.
             gossip::warning(gossip::Mask::client, "rmdir: directory {:016x} left behind: {}", h,
                             client::error_text(rc));
-        return 0;
+        co_return 0;
     }
 };
 
@@ -753,23 +497,15 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
 {
     auto impl = std::make_unique<Impl>();
     impl->options = options;
-    impl->cred = options.use_process_credentials ? process_credentials() : options.credentials;
-    try {
-        bmi::Options bo;
-        bo.role = bmi::Role::client;
-        impl->bmi = std::make_unique<bmi::Bmi>(bo);
-    } catch (const std::exception &e) {
-        error = std::string("cannot start BMI: ") + e.what();
-        return nullptr;
+    impl->loop = options.loop;
+    if (!impl->loop) {
+        impl->loop = Loop::create(error);
+        if (!impl->loop)
+            return nullptr;
+        impl->loop->set_context(
+            options.use_process_credentials ? process_credentials() : options.credentials, 0);
     }
-    impl->ctx = impl->bmi->open_context();
-    // Requests carry small writes and xattr values inline: as large as the
-    // servers accept, above BMI's default unexpected-message limit.
-    if (const int rc = impl->bmi->set_info(bmi::Info::unexpected_limit, proto::max_request_bytes);
-        rc != 0) {
-        error = "cannot set BMI's message limit: " + error_text(rc);
-        return nullptr;
-    }
+    impl->engine = &impl->loop->impl();
 
     const bool is_url = options.target.find("://") != std::string::npos;
     std::string key_file = options.key_file;
@@ -793,7 +529,8 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
                                                             : std::chrono::milliseconds(30000);
         impl->set_servers({url.address});
         proto::GetConfigResponse got;
-        if (const int rc = impl->call_body(0, proto::GetConfigRequest{}, got); rc != 0) {
+        if (const int rc = impl->engine->wait(impl->call_body(0, proto::GetConfigRequest{}, got));
+            rc != 0) {
             error = url.address + ": cannot get the config: " + error_text(rc);
             return nullptr;
         }
@@ -828,7 +565,8 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
     impl->timeout = options.request_timeout.count() > 0
                         ? options.request_timeout
                         : std::chrono::milliseconds(c.defaults.request_timeout_ms);
-    static_cast<void>(impl->bmi->set_info(bmi::Info::idle_timeout_ms, c.defaults.idle_timeout_ms));
+    static_cast<void>(
+        impl->engine->bmi->set_info(bmi::Info::idle_timeout_ms, c.defaults.idle_timeout_ms));
     std::vector<std::string> urls;
     for (const config::Server &s : c.servers) {
         std::string chosen;
@@ -860,11 +598,7 @@ const config::Cluster &Client::cluster() const noexcept
 
 void Client::set_credentials(const Credentials &cred)
 {
-    if (impl_->cred == cred)
-        return;
-    impl_->cred = cred;
-    // Access answers were the previous caller's.
-    std::erase_if(impl_->access_cache, [](const auto &e) { return !e.second.pinned; });
+    impl_->engine->current.cred = cred;
 }
 
 void Client::forget_cache()
@@ -876,43 +610,43 @@ void Client::forget_cache()
 
 // ---- names and attributes --------------------------------------------------
 
-int Client::lookup(Handle parent, std::string_view name, Attr &out)
+Task<int> Client::co_lookup(Handle parent, std::string_view name, Attr &out)
 {
     if (!valid_name(name))
-        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     Impl &m = *impl_;
     const auto it = m.names.find(Impl::name_key(parent, name));
     if (it != m.names.end() && it->second.expires > Clock::now())
-        return m.getattr(it->second.handle, out);
+        co_return co_await m.getattr(it->second.handle, out);
     proto::LookupResponse r;
-    if (const int rc = m.meta_call(parent, proto::LookupRequest{parent, std::string(name)}, r);
-        rc != 0)
-        return rc;
+    proto::RequestBody request = proto::LookupRequest{parent, std::string(name)};
+    if (const int rc = co_await m.meta_call(parent, std::move(request), r); rc != 0)
+        co_return rc;
     if (handle_server(r.attr.handle) != handle_server(parent)) {
         // A remote directory: the parent's server knows only its handle.
-        if (const int rc = m.getattr(r.attr.handle, out, false); rc != 0)
-            return rc;
+        if (const int rc = co_await m.getattr(r.attr.handle, out, false); rc != 0)
+            co_return rc;
         m.remember_name(parent, name, out.handle);
-        return 0;
+        co_return 0;
     }
-    if (const int rc = m.complete_attr(r.attr); rc != 0)
-        return rc;
+    if (const int rc = co_await m.complete_attr(r.attr); rc != 0)
+        co_return rc;
     out = r.attr;
     m.remember(out);
     m.remember_name(parent, name, out.handle);
-    return 0;
+    co_return 0;
 }
 
-int Client::resolve(std::string_view path, Attr &out, bool follow)
+Task<int> Client::co_resolve(std::string_view path, Attr &out, bool follow)
 {
     if (path.empty() || path.front() != '/')
-        return -EINVAL;
+        co_return -EINVAL;
     std::vector<Handle> stack{root_handle};
     std::string rest(path);
     int links = 0;
     Attr cur;
-    if (const int rc = getattr(root_handle, cur); rc != 0)
-        return rc;
+    if (const int rc = co_await co_getattr(root_handle, cur); rc != 0)
+        co_return rc;
     std::size_t pos = 0;
     while (true) {
         while (pos < rest.size() && rest[pos] == '/')
@@ -923,28 +657,28 @@ int Client::resolve(std::string_view path, Attr &out, bool follow)
         const std::string name = rest.substr(pos, end - pos);
         pos = end;
         if (cur.type != ObjectType::directory)
-            return -ENOTDIR;
+            co_return -ENOTDIR;
         if (name == ".")
             continue;
         if (name == "..") {
             if (stack.size() > 1)
                 stack.pop_back();
-            if (const int rc = getattr(stack.back(), cur); rc != 0)
-                return rc;
+            if (const int rc = co_await co_getattr(stack.back(), cur); rc != 0)
+                co_return rc;
             continue;
         }
         Attr next;
-        if (const int rc = lookup(stack.back(), name, next); rc != 0)
-            return rc;
+        if (const int rc = co_await co_lookup(stack.back(), name, next); rc != 0)
+            co_return rc;
         const bool last = rest.find_first_not_of('/', pos) == std::string::npos;
         if (next.type == ObjectType::symlink && (!last || follow)) {
             if (++links > max_symlinks)
-                return -ELOOP;
+                co_return -ELOOP;
             std::string target;
-            if (const int rc = readlink(next.handle, target); rc != 0)
-                return rc;
+            if (const int rc = co_await co_readlink(next.handle, target); rc != 0)
+                co_return rc;
             if (target.empty())
-                return -ENOENT;
+                co_return -ENOENT;
             target += '/';
             target += rest.substr(pos);
             rest = std::move(target);
@@ -952,74 +686,75 @@ int Client::resolve(std::string_view path, Attr &out, bool follow)
             if (rest.front() == '/') {
                 stack.assign(1, root_handle);
             }
-            if (const int rc = getattr(stack.back(), cur); rc != 0)
-                return rc;
+            if (const int rc = co_await co_getattr(stack.back(), cur); rc != 0)
+                co_return rc;
             continue;
         }
         stack.push_back(next.handle);
         cur = next;
     }
     out = cur;
-    return 0;
+    co_return 0;
 }
 
-int Client::getattr(Handle handle, Attr &out)
+Task<int> Client::co_getattr(Handle handle, Attr &out)
 {
-    return impl_->getattr(handle, out);
+    co_return co_await impl_->getattr(handle, out);
 }
 
-int Client::access(Handle handle, std::uint32_t mask)
+Task<int> Client::co_access(Handle handle, std::uint32_t mask)
 {
     proto::AccessResponse r;
-    return impl_->meta_call(handle, proto::AccessRequest{handle, mask}, r);
+    proto::RequestBody request = proto::AccessRequest{handle, mask};
+    co_return co_await impl_->meta_call(handle, std::move(request), r);
 }
 
-int Client::setattr(Handle handle, const SetAttr &change, Attr &out)
+Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
 {
     Impl &m = *impl_;
     std::uint32_t mask = change.mask;
     m.forget_access(handle);
     if (change.truncate) {
         // The data servers would truncate for anyone: ask first.
-        if (const int rc = m.check_access(handle, proto::access_write); rc != 0)
-            return rc;
+        if (const int rc = co_await m.check_access(handle, proto::access_write); rc != 0)
+            co_return rc;
         Attr a;
-        if (const int rc = m.getattr(handle, a, false); rc != 0)
-            return rc;
+        if (const int rc = co_await m.getattr(handle, a, false); rc != 0)
+            co_return rc;
         if (a.type != ObjectType::regular)
-            return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
+            co_return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
         std::vector<Rpc> rpcs(a.layout.stripe_count);
         std::vector<Rpc *> ptrs;
         for (std::uint32_t slot = 0; slot < a.layout.stripe_count; ++slot) {
             const auto size = layout::object_size(a.layout, m.data_count(), slot, change.size);
             if (!size)
-                return -EFBIG;
+                co_return -EFBIG;
             rpcs[slot].server =
                 m.data_servers.at(layout::server_of_slot(a.layout, m.data_count(), slot));
             rpcs[slot].req.body = proto::TruncateObjectRequest{handle, *size};
             ptrs.push_back(&rpcs[slot]);
         }
-        m.run(ptrs);
+        co_await m.run(ptrs);
         for (const Rpc *r : ptrs) {
             if (const int rc = r->result(); rc != 0)
-                return rc;
+                co_return rc;
         }
         // A truncation changes mtime and ctime and clears setuid/setgid, as
         // a write does: set_ctime alone says "data changed"
         // (docs/protocol.md).  Other changes go in a second request.
         proto::SetattrResponse written;
         m.forget(handle);
-        if (const int rc = m.meta_call(
-                handle, proto::SetattrRequest{handle, proto::set_ctime, 0, 0, 0, {}, {}}, written);
-            rc != 0)
-            return rc;
+        proto::RequestBody request =
+            proto::SetattrRequest{handle, proto::set_ctime, 0, 0, 0, {}, {}};
+        if (const int rc = co_await m.meta_call(handle, std::move(request), written); rc != 0)
+            co_return rc;
         m.written.erase(handle);
         if (mask == 0) {
-            if (const int rc = m.complete_attr(written.attr); rc != 0)
-                return rc;
+            if (const int rc = co_await m.complete_attr(written.attr); rc != 0)
+                co_return rc;
             out = written.attr;
             m.remember(out);
-            return 0;
+            co_return 0;
         }
     }
     m.forget(handle);
@@ -1029,39 +764,39 @@ int Client::setattr(Handle handle, const SetAttr &change, Attr &out)
                                         change.mode, change.uid,
                                         change.gid,  change.atime,
                                         change.mtime};
-        if (const int rc = m.meta_call(handle, req, r); rc != 0)
-            return rc;
-        if (const int rc = m.complete_attr(r.attr); rc != 0)
-            return rc;
+        if (const int rc = co_await m.meta_call(handle, req, r); rc != 0)
+            co_return rc;
+        if (const int rc = co_await m.complete_attr(r.attr); rc != 0)
+            co_return rc;
         out = r.attr;
         m.remember(out);
-        return 0;
+        co_return 0;
     }
-    return m.getattr(handle, out, false);
+    co_return co_await m.getattr(handle, out, false);
 }
 
 // ---- namespace ---------------------------------------------------------------
 
-int Client::create(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
-                   const Layout &layout, Attr &out, bool *created)
+Task<int> Client::co_create(Handle parent, std::string_view name, std::uint32_t mode,
+                            bool exclusive, const Layout &layout, Attr &out, bool *created)
 {
     Impl &m = *impl_;
     if (!valid_name(name))
-        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     proto::CreateResponse r;
     m.forget_name(parent, name);
-    if (const int rc = m.meta_call(
-            parent, proto::CreateRequest{parent, std::string(name), mode, exclusive, layout}, r);
-        rc != 0)
-        return rc;
+    proto::RequestBody request =
+        proto::CreateRequest{parent, std::string(name), mode, exclusive, layout};
+    if (const int rc = co_await m.meta_call(parent, std::move(request), r); rc != 0)
+        co_return rc;
     // A file this request created has no data yet: its size is 0 without
     // asking each data server.
     if (r.created && r.attr.type == ObjectType::regular) {
         if (layout::validate(r.attr.layout, m.data_count()) != nullptr)
-            return -EIO;
+            co_return -EIO;
         r.attr.size = 0;
-    } else if (const int rc = m.complete_attr(r.attr); rc != 0) {
-        return rc;
+    } else if (const int rc = co_await m.complete_attr(r.attr); rc != 0) {
+        co_return rc;
     }
     out = r.attr;
     if (created != nullptr)
@@ -1070,256 +805,259 @@ int Client::create(Handle parent, std::string_view name, std::uint32_t mode, boo
         m.pin_access(out.handle);
     m.remember(out);
     m.remember_name(parent, name, out.handle);
-    return 0;
+    co_return 0;
 }
 
-int Client::mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out)
+Task<int> Client::co_mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out)
 {
     Impl &m = *impl_;
     if (!valid_name(name))
-        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     proto::MkdirResponse r;
     m.forget_name(parent, name);
-    if (const int rc = m.meta_call(parent, proto::MkdirRequest{parent, std::string(name), mode}, r);
-        rc != 0)
-        return rc;
+    proto::RequestBody request = proto::MkdirRequest{parent, std::string(name), mode};
+    if (const int rc = co_await m.meta_call(parent, std::move(request), r); rc != 0)
+        co_return rc;
     out = r.attr;
     m.remember(out);
     m.remember_name(parent, name, out.handle);
-    return 0;
+    co_return 0;
 }
 
-int Client::mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out,
-                  std::uint32_t meta_index)
+Task<int> Client::co_mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out,
+                           std::uint32_t meta_index)
 {
     Impl &m = *impl_;
     if (meta_index >= m.meta_servers.size())
-        return -EINVAL;
+        co_return -EINVAL;
     if (meta_index == handle_server(parent))
-        return mkdir(parent, name, mode, out);
+        co_return co_await co_mkdir(parent, name, mode, out);
     if (!valid_name(name))
-        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     m.forget_name(parent, name);
     // Fresh attributes: the new directory's gid and setgid follow them.
     Attr dir;
-    if (const int rc = m.getattr(parent, dir, false); rc != 0)
-        return rc;
+    if (const int rc = co_await m.getattr(parent, dir, false); rc != 0)
+        co_return rc;
     if (dir.type != ObjectType::directory)
-        return -ENOTDIR;
+        co_return -ENOTDIR;
     proto::MkdirObjectResponse made;
-    if (const int rc =
-            m.call_body(m.meta_servers[meta_index], proto::MkdirObjectRequest{dir, mode}, made);
+    proto::RequestBody request = proto::MkdirObjectRequest{dir, mode};
+    if (const int rc = co_await m.call_body(m.meta_servers[meta_index], std::move(request), made);
         rc != 0)
-        return rc;
+        co_return rc;
     proto::LinkDirResponse linked;
-    if (const int rc = m.meta_call(
-            parent, proto::LinkDirRequest{parent, std::string(name), made.attr.handle}, linked);
-        rc != 0) {
+    proto::RequestBody request2 =
+        proto::LinkDirRequest{parent, std::string(name), made.attr.handle};
+    if (const int rc = co_await m.meta_call(parent, std::move(request2), linked); rc != 0) {
         // Nothing names the new directory: take it away again.  If that
         // fails too, pvfs-fsck finds it.
-        if (const int undo = m.remove_dir_object(made.attr.handle); undo != 0)
+        if (const int undo = co_await m.remove_dir_object(made.attr.handle); undo != 0)
             gossip::warning(gossip::Mask::client,
                             "remote mkdir: directory {:016x} left without a name: {}",
                             made.attr.handle, error_text(undo));
-        return rc;
+        co_return rc;
     }
     m.forget(parent);
     out = made.attr;
     m.remember(out);
     m.remember_name(parent, name, out.handle);
-    return 0;
+    co_return 0;
 }
 
-int Client::mknod(Handle parent, std::string_view name, ObjectType type, std::uint32_t mode,
-                  std::uint64_t rdev, Attr &out)
+Task<int> Client::co_mknod(Handle parent, std::string_view name, ObjectType type,
+                           std::uint32_t mode, std::uint64_t rdev, Attr &out)
 {
     Impl &m = *impl_;
     if (!valid_name(name))
-        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     proto::MknodResponse r;
     m.forget_name(parent, name);
-    if (const int rc = m.meta_call(
-            parent, proto::MknodRequest{parent, std::string(name), type, mode, rdev}, r);
-        rc != 0)
-        return rc;
+    proto::RequestBody request = proto::MknodRequest{parent, std::string(name), type, mode, rdev};
+    if (const int rc = co_await m.meta_call(parent, std::move(request), r); rc != 0)
+        co_return rc;
     out = r.attr;
     m.remember(out);
-    return 0;
+    co_return 0;
 }
 
-int Client::symlink(Handle parent, std::string_view name, std::string_view target, Attr &out)
+Task<int> Client::co_symlink(Handle parent, std::string_view name, std::string_view target,
+                             Attr &out)
 {
     Impl &m = *impl_;
     if (!valid_name(name))
-        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     if (target.empty() || target.size() > max_path)
-        return target.empty() ? -ENOENT : -ENAMETOOLONG;
+        co_return target.empty() ? -ENOENT : -ENAMETOOLONG;
     proto::SymlinkResponse r;
     m.forget_name(parent, name);
-    if (const int rc = m.meta_call(
-            parent, proto::SymlinkRequest{parent, std::string(name), std::string(target)}, r);
-        rc != 0)
-        return rc;
+    proto::RequestBody request =
+        proto::SymlinkRequest{parent, std::string(name), std::string(target)};
+    if (const int rc = co_await m.meta_call(parent, std::move(request), r); rc != 0)
+        co_return rc;
     out = r.attr;
     m.remember(out);
-    return 0;
+    co_return 0;
 }
 
-int Client::readlink(Handle handle, std::string &target)
+Task<int> Client::co_readlink(Handle handle, std::string &target)
 {
     proto::ReadlinkResponse r;
-    if (const int rc = impl_->meta_call(handle, proto::ReadlinkRequest{handle}, r); rc != 0)
-        return rc;
+    proto::RequestBody request = proto::ReadlinkRequest{handle};
+    if (const int rc = co_await impl_->meta_call(handle, std::move(request), r); rc != 0)
+        co_return rc;
     target = std::move(r.target);
-    return 0;
+    co_return 0;
 }
 
-int Client::link(Handle handle, Handle new_parent, std::string_view new_name, Attr &out)
+Task<int> Client::co_link(Handle handle, Handle new_parent, std::string_view new_name, Attr &out)
 {
     Impl &m = *impl_;
     if (!valid_name(new_name))
-        return new_name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return new_name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     proto::LinkResponse r;
     m.forget_name(new_parent, new_name);
     m.forget(handle);
     // The new entry lives on the parent's metadata server.
-    if (const int rc = m.meta_call(
-            new_parent, proto::LinkRequest{handle, new_parent, std::string(new_name)}, r);
-        rc != 0)
-        return rc;
-    if (const int rc = m.complete_attr(r.attr); rc != 0)
-        return rc;
+    proto::RequestBody request = proto::LinkRequest{handle, new_parent, std::string(new_name)};
+    if (const int rc = co_await m.meta_call(new_parent, std::move(request), r); rc != 0)
+        co_return rc;
+    if (const int rc = co_await m.complete_attr(r.attr); rc != 0)
+        co_return rc;
     out = r.attr;
-    return 0;
+    co_return 0;
 }
 
-int Client::unlink(Handle parent, std::string_view name)
+Task<int> Client::co_unlink(Handle parent, std::string_view name)
 {
     Impl &m = *impl_;
     if (!valid_name(name))
-        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     proto::RemoveResponse r;
     m.forget_name(parent, name);
-    if (const int rc = m.meta_call(parent, proto::RemoveRequest{parent, std::string(name)}, r);
-        rc != 0)
-        return rc;
+    proto::RequestBody request = proto::RemoveRequest{parent, std::string(name)};
+    if (const int rc = co_await m.meta_call(parent, std::move(request), r); rc != 0)
+        co_return rc;
     if (r.handle == no_handle) // a dangling entry: only the name went
-        return 0;
+        co_return 0;
     m.forget(r.handle);
     if (r.type == ObjectType::regular && r.nlink_after == 0)
-        m.remove_objects(r.handle, r.layout);
-    return 0;
+        co_await m.remove_objects(r.handle, r.layout);
+    co_return 0;
 }
 
-int Client::rmdir(Handle parent, std::string_view name)
+Task<int> Client::co_rmdir(Handle parent, std::string_view name)
 {
     Impl &m = *impl_;
     if (!valid_name(name))
-        return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     proto::RmdirResponse r;
     m.forget_name(parent, name);
-    const int rc = m.meta_call(parent, proto::RmdirRequest{parent, std::string(name)}, r);
+    proto::RequestBody request = proto::RmdirRequest{parent, std::string(name)};
+    const int rc = co_await m.meta_call(parent, std::move(request), r);
     // EXDEV: the entry names a directory of another metadata server.
-    return rc == -EXDEV ? m.rmdir_remote(parent, name) : rc;
+    co_return rc == -EXDEV ? co_await m.rmdir_remote(parent, name) : rc;
 }
 
-int Client::rename(Handle old_parent, std::string_view old_name, Handle new_parent,
-                   std::string_view new_name, std::uint32_t flags)
+Task<int> Client::co_rename(Handle old_parent, std::string_view old_name, Handle new_parent,
+                            std::string_view new_name, std::uint32_t flags)
 {
     Impl &m = *impl_;
     if (!valid_name(old_name) || !valid_name(new_name))
-        return old_name.size() > max_name || new_name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+        co_return old_name.size() > max_name || new_name.size() > max_name ? -ENAMETOOLONG
+                                                                           : -EINVAL;
     proto::RenameResponse r;
     m.forget_name(old_parent, old_name);
     m.forget_name(new_parent, new_name);
-    if (const int rc = m.meta_call(old_parent,
-                                   proto::RenameRequest{old_parent, std::string(old_name),
-                                                        new_parent, std::string(new_name), flags},
-                                   r);
-        rc != 0)
-        return rc;
+    proto::RequestBody request = proto::RenameRequest{old_parent, std::string(old_name), new_parent,
+                                                      std::string(new_name), flags};
+    if (const int rc = co_await m.meta_call(old_parent, std::move(request), r); rc != 0)
+        co_return rc;
     if (r.replaced != no_handle) {
         m.forget(r.replaced);
         if (r.replaced_type == ObjectType::regular && r.replaced_nlink_after == 0)
-            m.remove_objects(r.replaced, r.layout);
+            co_await m.remove_objects(r.replaced, r.layout);
     }
-    return 0;
+    co_return 0;
 }
 
-int Client::readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
-                    std::vector<proto::DirEntry> &entries, bool &eof)
+Task<int> Client::co_readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
+                             std::vector<proto::DirEntry> &entries, bool &eof)
 {
     const std::uint32_t n =
         std::clamp<std::uint32_t>(max_entries == 0 ? readdir_page : max_entries, 1,
                                   static_cast<std::uint32_t>(proto::max_readdir_entries));
     proto::ReaddirResponse r;
-    if (const int rc = impl_->meta_call(dir, proto::ReaddirRequest{dir, cookie, n}, r); rc != 0)
-        return rc;
+    proto::RequestBody request = proto::ReaddirRequest{dir, cookie, n};
+    if (const int rc = co_await impl_->meta_call(dir, std::move(request), r); rc != 0)
+        co_return rc;
     entries = std::move(r.entries);
     eof = r.eof;
-    return 0;
+    co_return 0;
 }
 
 // ---- data --------------------------------------------------------------------
 
-std::int64_t Client::read(Handle handle, std::uint64_t offset, std::span<std::byte> buffer)
+Task<std::int64_t> Client::co_read(Handle handle, std::uint64_t offset, std::span<std::byte> buffer)
 {
     Attr a;
-    if (const int rc = impl_->getattr(handle, a); rc != 0)
-        return rc;
+    if (const int rc = co_await impl_->getattr(handle, a); rc != 0)
+        co_return rc;
     if (a.type != ObjectType::regular)
-        return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
-    if (const int rc = impl_->check_access(handle, proto::access_read); rc != 0)
-        return rc;
+        co_return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
+    if (const int rc = co_await impl_->check_access(handle, proto::access_read); rc != 0)
+        co_return rc;
     if (offset >= a.size || buffer.empty())
-        return 0;
+        co_return 0;
     const std::uint64_t n = std::min<std::uint64_t>(buffer.size(), a.size - offset);
     const proto::Region region{offset, n};
-    return impl_->io(handle, std::span(&region, 1), buffer.data(), static_cast<std::size_t>(n),
-                     false);
+    co_return co_await impl_->io(handle, std::span(&region, 1), buffer.data(),
+                                 static_cast<std::size_t>(n), false);
 }
 
-std::int64_t Client::write(Handle handle, std::uint64_t offset, std::span<const std::byte> data)
+Task<std::int64_t> Client::co_write(Handle handle, std::uint64_t offset,
+                                    std::span<const std::byte> data)
 {
     if (data.empty())
-        return 0;
-    if (const int rc = impl_->check_access(handle, proto::access_write); rc != 0)
-        return rc;
+        co_return 0;
+    if (const int rc = co_await impl_->check_access(handle, proto::access_write); rc != 0)
+        co_return rc;
     const proto::Region region{offset, data.size()};
     // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): a write only reads the memory
-    return impl_->io(handle, std::span(&region, 1), const_cast<std::byte *>(data.data()),
-                     data.size(), true);
+    co_return co_await impl_->io(handle, std::span(&region, 1),
+                                 const_cast<std::byte *>(data.data()), data.size(), true);
 }
 
-std::int64_t Client::read_list(Handle handle, std::span<const proto::Region> regions,
-                               std::span<std::byte> memory)
+Task<std::int64_t> Client::co_read_list(Handle handle, std::span<const proto::Region> regions,
+                                        std::span<std::byte> memory)
 {
     if (regions.size() > max_io_regions * std::size_t{64})
-        return -EINVAL;
-    if (const int rc = impl_->check_access(handle, proto::access_read); rc != 0)
-        return rc;
-    return impl_->io(handle, regions, memory.data(), memory.size(), false);
+        co_return -EINVAL;
+    if (const int rc = co_await impl_->check_access(handle, proto::access_read); rc != 0)
+        co_return rc;
+    co_return co_await impl_->io(handle, regions, memory.data(), memory.size(), false);
 }
 
-std::int64_t Client::write_list(Handle handle, std::span<const proto::Region> regions,
-                                std::span<const std::byte> memory)
+Task<std::int64_t> Client::co_write_list(Handle handle, std::span<const proto::Region> regions,
+                                         std::span<const std::byte> memory)
 {
     if (regions.size() > max_io_regions * std::size_t{64})
-        return -EINVAL;
-    if (const int rc = impl_->check_access(handle, proto::access_write); rc != 0)
-        return rc;
+        co_return -EINVAL;
+    if (const int rc = co_await impl_->check_access(handle, proto::access_write); rc != 0)
+        co_return rc;
     // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): a write only reads the memory
-    return impl_->io(handle, regions, const_cast<std::byte *>(memory.data()), memory.size(), true);
+    co_return co_await impl_->io(handle, regions, const_cast<std::byte *>(memory.data()),
+                                 memory.size(), true);
 }
 
-int Client::fsync(Handle handle)
+Task<int> Client::co_fsync(Handle handle)
 {
     Impl &m = *impl_;
     Attr a;
-    if (const int rc = m.getattr(handle, a); rc != 0)
-        return rc;
+    if (const int rc = co_await m.getattr(handle, a); rc != 0)
+        co_return rc;
     if (a.type != ObjectType::regular)
-        return 0;
+        co_return 0;
     std::vector<Rpc> rpcs(a.layout.stripe_count);
     std::vector<Rpc *> ptrs;
     for (std::uint32_t slot = 0; slot < a.layout.stripe_count; ++slot) {
@@ -1328,24 +1066,25 @@ int Client::fsync(Handle handle)
         rpcs[slot].req.body = proto::FsyncRequest{handle};
         ptrs.push_back(&rpcs[slot]);
     }
-    m.run(ptrs);
+    co_await m.run(ptrs);
     for (const Rpc *r : ptrs) {
         // An object never written does not exist: nothing to make durable.
         if (const int rc = r->result(); rc != 0 && rc != -ENOENT)
-            return rc;
+            co_return rc;
     }
     if (m.written.erase(handle) != 0) {
         proto::SetattrResponse r;
         m.forget(handle);
-        return m.meta_call(handle, proto::SetattrRequest{handle, proto::set_ctime, 0, 0, 0, {}, {}},
-                           r);
+        proto::RequestBody request =
+            proto::SetattrRequest{handle, proto::set_ctime, 0, 0, 0, {}, {}};
+        co_return co_await m.meta_call(handle, std::move(request), r);
     }
-    return 0;
+    co_return 0;
 }
 
 // ---- the rest --------------------------------------------------------------------
 
-int Client::statfs(StatFs &out)
+Task<int> Client::co_statfs(StatFs &out)
 {
     out = StatFs{};
     Impl &m = *impl_;
@@ -1356,13 +1095,13 @@ int Client::statfs(StatFs &out)
         rpcs[i].req.body = proto::StatfsRequest{};
         ptrs.push_back(&rpcs[i]);
     }
-    m.run(ptrs);
+    co_await m.run(ptrs);
     for (std::size_t i = 0; i < rpcs.size(); ++i) {
         if (const int rc = rpcs[i].result(); rc != 0)
-            return rc;
+            co_return rc;
         const auto *r = std::get_if<proto::StatfsResponse>(&rpcs[i].resp.body);
         if (r == nullptr)
-            return -EPROTO;
+            co_return -EPROTO;
         const config::Server &s = m.cluster.servers[i];
         if (s.data) {
             out.total_bytes += r->total_bytes;
@@ -1374,7 +1113,7 @@ int Client::statfs(StatFs &out)
             out.free_objects += r->free_objects;
         }
     }
-    return 0;
+    co_return 0;
 }
 
 namespace {
@@ -1385,132 +1124,137 @@ constexpr std::string_view layout_xattr = "pvfs.layout";
 
 } // namespace
 
-int Client::xattr_get(Handle handle, std::string_view name, std::vector<std::byte> &value)
+Task<int> Client::co_xattr_get(Handle handle, std::string_view name, std::vector<std::byte> &value)
 {
     if (name == layout_xattr) {
         Layout l;
-        if (const int rc = layout_get(handle, l); rc != 0)
-            return rc == -EINVAL ? -ENODATA : rc;
+        if (const int rc = co_await co_layout_get(handle, l); rc != 0)
+            co_return rc == -EINVAL ? -ENODATA : rc;
         const std::string text = layout::to_text(l);
         const auto *bytes = reinterpret_cast<const std::byte *>(text.data());
         value.assign(bytes, bytes + text.size());
-        return 0;
+        co_return 0;
     }
     proto::XattrGetResponse r;
-    if (const int rc =
-            impl_->meta_call(handle, proto::XattrGetRequest{handle, std::string(name)}, r);
-        rc != 0)
-        return rc;
+    proto::RequestBody request = proto::XattrGetRequest{handle, std::string(name)};
+    if (const int rc = co_await impl_->meta_call(handle, std::move(request), r); rc != 0)
+        co_return rc;
     value = std::move(r.value);
-    return 0;
+    co_return 0;
 }
 
-int Client::xattr_set(Handle handle, std::string_view name, std::span<const std::byte> value,
-                      std::uint32_t flags)
+Task<int> Client::co_xattr_set(Handle handle, std::string_view name,
+                               std::span<const std::byte> value, std::uint32_t flags)
 {
     if (name == layout_xattr) {
         // Every file and directory has a layout: "create only" cannot succeed.
         if ((flags & XATTR_CREATE) != 0)
-            return -EEXIST;
+            co_return -EEXIST;
         Layout current;
-        if (const int rc = layout_get(handle, current); rc != 0)
-            return rc;
+        if (const int rc = co_await co_layout_get(handle, current); rc != 0)
+            co_return rc;
         const std::string_view text(reinterpret_cast<const char *>(value.data()), value.size());
         Layout wanted;
         if (layout::from_text(text, current, wanted) != nullptr)
-            return -EINVAL;
-        return layout_set(handle, wanted);
+            co_return -EINVAL;
+        co_return co_await co_layout_set(handle, wanted);
     }
     proto::XattrSetResponse r;
     impl_->forget(handle);
-    return impl_->meta_call(handle,
-                            proto::XattrSetRequest{handle, std::string(name),
-                                                   proto::Bytes(value.begin(), value.end()), flags},
-                            r);
+    proto::RequestBody request = proto::XattrSetRequest{
+        handle, std::string(name), proto::Bytes(value.begin(), value.end()), flags};
+    co_return co_await impl_->meta_call(handle, std::move(request), r);
 }
 
-int Client::xattr_list(Handle handle, std::vector<std::string> &names)
+Task<int> Client::co_xattr_list(Handle handle, std::vector<std::string> &names)
 {
     proto::XattrListResponse r;
-    if (const int rc = impl_->meta_call(handle, proto::XattrListRequest{handle}, r); rc != 0)
-        return rc;
+    proto::RequestBody request = proto::XattrListRequest{handle};
+    if (const int rc = co_await impl_->meta_call(handle, std::move(request), r); rc != 0)
+        co_return rc;
     names = std::move(r.names);
     Attr a;
-    if (const int rc = impl_->getattr(handle, a); rc != 0)
-        return rc;
+    if (const int rc = co_await impl_->getattr(handle, a); rc != 0)
+        co_return rc;
     if (a.type == ObjectType::regular || a.type == ObjectType::directory)
         names.emplace_back(layout_xattr);
-    return 0;
+    co_return 0;
 }
 
-int Client::xattr_remove(Handle handle, std::string_view name)
+Task<int> Client::co_xattr_remove(Handle handle, std::string_view name)
 {
     if (name == layout_xattr)
-        return -EPERM; // a layout can be changed, not removed
+        co_return -EPERM; // a layout can be changed, not removed
 
     proto::XattrRemoveResponse r;
     impl_->forget(handle);
-    return impl_->meta_call(handle, proto::XattrRemoveRequest{handle, std::string(name)}, r);
+    proto::RequestBody request = proto::XattrRemoveRequest{handle, std::string(name)};
+    co_return co_await impl_->meta_call(handle, std::move(request), r);
 }
 
-int Client::layout_get(Handle handle, Layout &out)
+Task<int> Client::co_layout_get(Handle handle, Layout &out)
 {
     proto::LayoutGetResponse r;
-    if (const int rc = impl_->meta_call(handle, proto::LayoutGetRequest{handle}, r); rc != 0)
-        return rc;
+    proto::RequestBody request = proto::LayoutGetRequest{handle};
+    if (const int rc = co_await impl_->meta_call(handle, std::move(request), r); rc != 0)
+        co_return rc;
     out = r.layout;
-    return 0;
+    co_return 0;
 }
 
-int Client::layout_set(Handle handle, const Layout &layout)
+Task<int> Client::co_layout_set(Handle handle, const Layout &layout)
 {
     Impl &m = *impl_;
     if (layout::validate(layout, m.data_count()) != nullptr)
-        return -EINVAL;
+        co_return -EINVAL;
     // A file's layout may change only while it has no data.
     Attr a;
-    if (const int rc = m.getattr(handle, a, false); rc != 0)
-        return rc;
+    if (const int rc = co_await m.getattr(handle, a, false); rc != 0)
+        co_return rc;
     if (a.type == ObjectType::regular && a.size != 0)
-        return -EBUSY;
+        co_return -EBUSY;
     proto::LayoutSetResponse r;
     m.forget(handle);
-    return m.meta_call(handle, proto::LayoutSetRequest{handle, layout}, r);
+    proto::RequestBody request = proto::LayoutSetRequest{handle, layout};
+    co_return co_await m.meta_call(handle, std::move(request), r);
 }
 
-int Client::list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
-                         proto::ListHandlesResponse &out)
+Task<int> Client::co_list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
+                                  proto::ListHandlesResponse &out)
 {
     Impl &m = *impl_;
     if (meta_index >= m.meta_servers.size())
-        return -EINVAL;
-    return m.call_body(m.meta_servers[meta_index], proto::ListHandlesRequest{cookie, max}, out);
+        co_return -EINVAL;
+    proto::RequestBody request = proto::ListHandlesRequest{cookie, max};
+    co_return co_await m.call_body(m.meta_servers[meta_index], std::move(request), out);
 }
 
-int Client::list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
-                         proto::ListObjectsResponse &out)
+Task<int> Client::co_list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
+                                  proto::ListObjectsResponse &out)
 {
     Impl &m = *impl_;
     if (data_index >= m.data_servers.size())
-        return -EINVAL;
-    return m.call_body(m.data_servers[data_index], proto::ListObjectsRequest{cookie, max}, out);
+        co_return -EINVAL;
+    proto::RequestBody request = proto::ListObjectsRequest{cookie, max};
+    co_return co_await m.call_body(m.data_servers[data_index], std::move(request), out);
 }
 
-int Client::remove_orphan_dir(Handle handle)
+Task<int> Client::co_remove_orphan_dir(Handle handle)
 {
-    return impl_->remove_dir_object(handle);
+    co_return co_await impl_->remove_dir_object(handle);
 }
 
-int Client::remove_object(std::uint32_t data_index, Handle handle)
+Task<int> Client::co_remove_object(std::uint32_t data_index, Handle handle)
 {
     Impl &m = *impl_;
     if (data_index >= m.data_servers.size())
-        return -EINVAL;
+        co_return -EINVAL;
     proto::RemoveObjectResponse r;
-    return m.call_body(m.data_servers[data_index], proto::RemoveObjectRequest{handle}, r);
+    proto::RequestBody request = proto::RemoveObjectRequest{handle};
+    co_return co_await m.call_body(m.data_servers[data_index], std::move(request), r);
 }
 
-std::vector<ServerStatus> Client::status_all()
+Task<std::vector<ServerStatus>> Client::co_status_all()
 {
     Impl &m = *impl_;
     const std::size_t n = m.cluster.servers.size();
@@ -1524,7 +1268,7 @@ std::vector<ServerStatus> Client::status_all()
         ptrs.push_back(&rpcs[2 * i]);
         ptrs.push_back(&rpcs[2 * i + 1]);
     }
-    m.run(ptrs);
+    co_await m.run(ptrs);
     std::vector<ServerStatus> out(n);
     for (std::size_t i = 0; i < n; ++i) {
         ServerStatus &s = out[i];
@@ -1549,7 +1293,184 @@ std::vector<ServerStatus> Client::status_all()
         s.total_objects = statfs->total_objects;
         s.free_objects = statfs->free_objects;
     }
-    return out;
+    co_return out;
+}
+
+// ---- the synchronous API ---------------------------------------------------
+
+int Client::lookup(Handle parent, std::string_view name, Attr &out)
+{
+    return impl_->engine->wait(co_lookup(parent, name, out));
+}
+
+int Client::resolve(std::string_view path, Attr &out, bool follow)
+{
+    return impl_->engine->wait(co_resolve(path, out, follow));
+}
+
+int Client::getattr(Handle handle, Attr &out)
+{
+    return impl_->engine->wait(co_getattr(handle, out));
+}
+
+int Client::access(Handle handle, std::uint32_t mask)
+{
+    return impl_->engine->wait(co_access(handle, mask));
+}
+
+int Client::setattr(Handle handle, const SetAttr &change, Attr &out)
+{
+    return impl_->engine->wait(co_setattr(handle, change, out));
+}
+
+int Client::create(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
+                   const Layout &layout, Attr &out, bool *created)
+{
+    return impl_->engine->wait(co_create(parent, name, mode, exclusive, layout, out, created));
+}
+
+int Client::mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out)
+{
+    return impl_->engine->wait(co_mkdir(parent, name, mode, out));
+}
+
+int Client::mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out,
+                  std::uint32_t meta_index)
+{
+    return impl_->engine->wait(co_mkdir(parent, name, mode, out, meta_index));
+}
+
+int Client::mknod(Handle parent, std::string_view name, ObjectType type, std::uint32_t mode,
+                  std::uint64_t rdev, Attr &out)
+{
+    return impl_->engine->wait(co_mknod(parent, name, type, mode, rdev, out));
+}
+
+int Client::symlink(Handle parent, std::string_view name, std::string_view target, Attr &out)
+{
+    return impl_->engine->wait(co_symlink(parent, name, target, out));
+}
+
+int Client::readlink(Handle handle, std::string &target)
+{
+    return impl_->engine->wait(co_readlink(handle, target));
+}
+
+int Client::link(Handle handle, Handle new_parent, std::string_view new_name, Attr &out)
+{
+    return impl_->engine->wait(co_link(handle, new_parent, new_name, out));
+}
+
+int Client::unlink(Handle parent, std::string_view name)
+{
+    return impl_->engine->wait(co_unlink(parent, name));
+}
+
+int Client::rmdir(Handle parent, std::string_view name)
+{
+    return impl_->engine->wait(co_rmdir(parent, name));
+}
+
+int Client::rename(Handle old_parent, std::string_view old_name, Handle new_parent,
+                   std::string_view new_name, std::uint32_t flags)
+{
+    return impl_->engine->wait(co_rename(old_parent, old_name, new_parent, new_name, flags));
+}
+
+int Client::readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
+                    std::vector<proto::DirEntry> &entries, bool &eof)
+{
+    return impl_->engine->wait(co_readdir(dir, cookie, max_entries, entries, eof));
+}
+
+std::int64_t Client::read(Handle handle, std::uint64_t offset, std::span<std::byte> buffer)
+{
+    return impl_->engine->wait(co_read(handle, offset, buffer));
+}
+
+std::int64_t Client::write(Handle handle, std::uint64_t offset, std::span<const std::byte> data)
+{
+    return impl_->engine->wait(co_write(handle, offset, data));
+}
+
+std::int64_t Client::read_list(Handle handle, std::span<const proto::Region> regions,
+                               std::span<std::byte> memory)
+{
+    return impl_->engine->wait(co_read_list(handle, regions, memory));
+}
+
+std::int64_t Client::write_list(Handle handle, std::span<const proto::Region> regions,
+                                std::span<const std::byte> memory)
+{
+    return impl_->engine->wait(co_write_list(handle, regions, memory));
+}
+
+int Client::fsync(Handle handle)
+{
+    return impl_->engine->wait(co_fsync(handle));
+}
+
+int Client::statfs(StatFs &out)
+{
+    return impl_->engine->wait(co_statfs(out));
+}
+
+int Client::xattr_get(Handle handle, std::string_view name, std::vector<std::byte> &value)
+{
+    return impl_->engine->wait(co_xattr_get(handle, name, value));
+}
+
+int Client::xattr_set(Handle handle, std::string_view name, std::span<const std::byte> value,
+                      std::uint32_t flags)
+{
+    return impl_->engine->wait(co_xattr_set(handle, name, value, flags));
+}
+
+int Client::xattr_list(Handle handle, std::vector<std::string> &names)
+{
+    return impl_->engine->wait(co_xattr_list(handle, names));
+}
+
+int Client::xattr_remove(Handle handle, std::string_view name)
+{
+    return impl_->engine->wait(co_xattr_remove(handle, name));
+}
+
+int Client::layout_get(Handle handle, Layout &out)
+{
+    return impl_->engine->wait(co_layout_get(handle, out));
+}
+
+int Client::layout_set(Handle handle, const Layout &layout)
+{
+    return impl_->engine->wait(co_layout_set(handle, layout));
+}
+
+int Client::list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
+                         proto::ListHandlesResponse &out)
+{
+    return impl_->engine->wait(co_list_handles(meta_index, cookie, max, out));
+}
+
+int Client::list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
+                         proto::ListObjectsResponse &out)
+{
+    return impl_->engine->wait(co_list_objects(data_index, cookie, max, out));
+}
+
+int Client::remove_orphan_dir(Handle handle)
+{
+    return impl_->engine->wait(co_remove_orphan_dir(handle));
+}
+
+int Client::remove_object(std::uint32_t data_index, Handle handle)
+{
+    return impl_->engine->wait(co_remove_object(data_index, handle));
+}
+
+std::vector<ServerStatus> Client::status_all()
+{
+    return impl_->engine->wait(co_status_all());
 }
 
 std::string error_text(std::int64_t negative_errno)

@@ -1,0 +1,452 @@
+// The request engine (engine.hpp) and client::Loop.
+#include "engine.hpp"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <ctime>
+#include <utility>
+
+#include "pvfs/gossip.hpp"
+
+namespace pvfs::client {
+
+using detail::Batch;
+using detail::Rpc;
+using gossip::Mask;
+
+namespace {
+
+// Bulk data moves on the request's tag with this bit (docs/server.md).
+constexpr bmi::Tag data_tag_bit = bmi::Tag{1} << 30U;
+// Responses that carry little: attributes, statuses, empty bodies.
+constexpr std::size_t small_response = std::size_t{16} * 1024U;
+// How long a stopped request's cancelled transfers may take to end.
+constexpr auto drain_time = std::chrono::seconds(5);
+
+std::int64_t realtime_ns()
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::uint64_t random_u64()
+{
+    std::uint64_t v = 0;
+    while (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
+    }
+    return v;
+}
+
+// How many bytes the response to `body` may need.
+std::size_t response_capacity(const proto::RequestBody &body)
+{
+    if (std::holds_alternative<proto::GetConfigRequest>(body))
+        return proto::max_config_text + 4096;
+    if (const auto *r = std::get_if<proto::ReaddirRequest>(&body))
+        return 4096 + std::size_t{r->max_entries} * (max_name + 64);
+    if (std::holds_alternative<proto::XattrGetRequest>(body))
+        return max_xattr_value + 4096;
+    if (std::holds_alternative<proto::XattrListRequest>(body))
+        return proto::max_xattr_names * (max_xattr_name + 8) + 4096;
+    if (std::holds_alternative<proto::ListObjectsRequest>(body) ||
+        std::holds_alternative<proto::ListHandlesRequest>(body))
+        return proto::max_list_handles * 8 + 4096;
+    if (std::holds_alternative<proto::ObjectSizesRequest>(body))
+        return proto::max_object_sizes * 8 + 4096;
+    if (std::holds_alternative<proto::ReadlinkRequest>(body))
+        return max_path + 4096;
+    return small_response;
+}
+
+} // namespace
+
+// ---- Loop ------------------------------------------------------------------
+
+std::shared_ptr<Loop> Loop::create(std::string &error)
+{
+    auto impl = std::make_unique<Impl>();
+    impl->session = random_u64() | 1U;
+    try {
+        bmi::Options bo;
+        bo.role = bmi::Role::client;
+        impl->bmi = std::make_unique<bmi::Bmi>(bo);
+    } catch (const std::exception &e) {
+        error = std::string("cannot start BMI: ") + e.what();
+        return nullptr;
+    }
+    impl->ctx = impl->bmi->open_context();
+    // Requests carry small writes and xattr values inline: as large as the
+    // servers accept, above BMI's default unexpected-message limit.
+    if (const int rc = impl->bmi->set_info(bmi::Info::unexpected_limit, proto::max_request_bytes);
+        rc != 0) {
+        error = "cannot set BMI's message limit: " + error_text(rc);
+        return nullptr;
+    }
+    return std::shared_ptr<Loop>(new Loop(std::move(impl)));
+}
+
+Loop::Loop(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+
+Loop::~Loop()
+{
+    // Tasks still waiting here can never resume: their owners destroy them.
+    for (auto &[op, r] : impl_->ops)
+        static_cast<void>(impl_->bmi->cancel(op));
+}
+
+void Loop::poll(int max_idle_ms)
+{
+    impl_->poll(max_idle_ms);
+}
+
+int Loop::watch_fd(int fd)
+{
+    return impl_->bmi->watch_fd(fd);
+}
+
+int Loop::unwatch_fd(int fd)
+{
+    return impl_->bmi->unwatch_fd(fd);
+}
+
+void Loop::set_context(const Credentials &cred, std::uint64_t cancel_id)
+{
+    impl_->current = detail::Context{cred, cancel_id};
+}
+
+std::size_t Loop::cancel(std::uint64_t cancel_id)
+{
+    return impl_->cancel(cancel_id);
+}
+
+std::size_t Loop::active() const noexcept
+{
+    return impl_->active.size();
+}
+
+std::size_t Loop::peak_active() const noexcept
+{
+    return impl_->peak_batches;
+}
+
+// ---- the engine ------------------------------------------------------------
+
+bmi::Addr Loop::Impl::addr_of(const std::string &url, int &error)
+{
+    if (const auto it = addrs.find(url); it != addrs.end())
+        return it->second;
+    int rc = 0;
+    const bmi::Addr a = bmi->addr_lookup(url, &rc);
+    if (a == bmi::no_addr) {
+        error = rc != 0 ? rc : -EHOSTUNREACH;
+        return bmi::no_addr;
+    }
+    addrs.emplace(url, a);
+    return a;
+}
+
+bmi::Tag Loop::Impl::take_tag()
+{
+    const bmi::Tag t = next_tag;
+    next_tag = next_tag + 1 >= data_tag_bit ? 1 : next_tag + 1;
+    return t;
+}
+
+void Loop::Impl::track(Rpc &r, const bmi::Post &p, bool is_response)
+{
+    if (!p.ok()) {
+        if (r.error == 0)
+            r.error = p.error;
+        return;
+    }
+    if (p.completed) {
+        if (is_response) {
+            r.response_arrived = true;
+            r.response_size = p.actual_size;
+        }
+        return;
+    }
+    r.ops.push_back(p.op);
+    ops.emplace(p.op, &r);
+    if (is_response)
+        r.recv_op = p.op;
+}
+
+void Loop::Impl::start(Rpc &r, const detail::Context &context)
+{
+    r.launched = true;
+    r.req.request_id = ++request_id;
+    r.req.session = session;
+    r.req.seq = ++seq;
+    r.req.time_ns = realtime_ns();
+    r.req.cred = context.cred;
+    r.tag = take_tag();
+    r.started = Clock::now();
+    proto::encode(r.req, *r.key, r.out);
+    r.in.resize(response_capacity(r.req.body));
+    int error = 0;
+    const bmi::Addr to = addr_of(*r.url, error);
+    if (to == bmi::no_addr) {
+        r.error = error;
+        return;
+    }
+    track(r, bmi->post_recv(to, r.in.data(), r.in.size(), r.tag, nullptr, ctx), true);
+    if (r.error != 0)
+        return;
+    track(r, bmi->post_sendunexpected(to, r.out.data(), r.out.size(), r.tag, nullptr, ctx), false);
+    const bmi::Tag dtag = r.tag | data_tag_bit;
+    for (const auto &chunk : r.send_chunks) {
+        if (r.error != 0)
+            break;
+        track(r, bmi->post_send_list(to, chunk, dtag, nullptr, ctx), false);
+    }
+    for (const auto &chunk : r.recv_chunks) {
+        if (r.error != 0)
+            break;
+        track(r, bmi->post_recv_list(to, chunk, dtag, nullptr, ctx), false);
+    }
+    if (r.error != 0)
+        cancel_ops(r);
+}
+
+void Loop::Impl::cancel_ops(const Rpc &r) const
+{
+    for (const bmi::OpId op : r.ops)
+        static_cast<void>(bmi->cancel(op));
+}
+
+void Loop::Impl::decode(Rpc &r)
+{
+    const proto::DecodeResult d =
+        proto::decode(std::span(r.in.data(), r.response_size), *r.key, r.resp);
+    if (!d) {
+        gossip::warning(Mask::client, "bad response from {}: {}", *r.url, d.message());
+        r.error = -EPROTO;
+    } else if (!proto::answers(r.resp, r.req)) {
+        gossip::warning(Mask::client, "a response from {} does not answer its request", *r.url);
+        r.error = -EPROTO;
+    }
+}
+
+void Loop::Impl::on_completion(Rpc &r, const bmi::Completion &c)
+{
+    std::erase(r.ops, c.op);
+    if (c.op == r.recv_op) {
+        r.recv_op = bmi::no_op;
+        if (c.error != 0) {
+            if (r.error == 0)
+                r.error = c.error;
+        } else if (r.error == 0) {
+            r.response_arrived = true;
+            r.response_size = c.actual_size;
+            decode(r);
+            // A failed request's data will never move: stop waiting.
+            if (r.result() != 0)
+                cancel_ops(r);
+        }
+    } else if (c.error != 0 && c.error != -ECANCELED && r.error == 0) {
+        r.error = c.error;
+        cancel_ops(r);
+    }
+}
+
+void Loop::Impl::settle(Batch &b, Rpc &r)
+{
+    if (r.finished || !r.ops.empty())
+        return;
+    if (!r.response_arrived && r.error == 0)
+        return;
+    r.finished = true;
+    r.ended = Clock::now();
+    r.batch = nullptr;
+    --b.unfinished;
+    --b.in_flight[r.server];
+    if (b.unfinished == 0) {
+        if (b.suspended)
+            ended.push_back(&b);
+        return;
+    }
+    launch(b, r.server);
+}
+
+void Loop::Impl::launch(Batch &b, std::size_t server)
+{
+    auto &q = b.queues[server];
+    while (!b.stopping && !q.empty() && b.in_flight[server] < b.depth) {
+        Rpc *r = q.back();
+        q.pop_back();
+        ++b.in_flight[server];
+        r->batch = &b;
+        start(*r, b.context);
+        if (r->response_arrived && r->error == 0)
+            decode(*r);
+        settle(b, *r);
+        if (b.unfinished == 0)
+            return;
+    }
+}
+
+Loop::Impl::RunAwaiter Loop::Impl::run(std::span<Rpc *const> rpcs, unsigned depth,
+                                       std::chrono::milliseconds timeout)
+{
+    RunAwaiter a{this, std::make_unique<Batch>()};
+    a.batch->rpcs.assign(rpcs.begin(), rpcs.end());
+    a.batch->depth = std::max(1U, depth);
+    a.batch->timeout = timeout;
+    return a;
+}
+
+bool Loop::Impl::RunAwaiter::await_suspend(std::coroutine_handle<> waiter)
+{
+    Batch &b = *batch;
+    b.waiter = waiter;
+    b.context = engine->current;
+    b.deadline = Clock::now() + b.timeout;
+    b.unfinished = b.rpcs.size();
+    // Queues are popped from the back: fill them back to front.
+    for (std::size_t i = b.rpcs.size(); i-- > 0;)
+        b.queues[b.rpcs[i]->server].push_back(b.rpcs[i]);
+    engine->active.insert(&b);
+    for (auto &[server, q] : b.queues) {
+        engine->launch(b, server);
+        if (b.unfinished == 0)
+            break;
+    }
+    if (b.unfinished == 0) {
+        engine->active.erase(&b);
+        return false;
+    }
+    b.suspended = true;
+    engine->peak_batches = std::max(engine->peak_batches, engine->active.size());
+    return true;
+}
+
+// Stops a batch: requests not yet sent end with `error` at once, those in
+// flight when their cancelled transfers have ended.
+void Loop::Impl::stop(Batch &b, int error)
+{
+    if (b.stopping)
+        return;
+    b.stopping = true;
+    b.drain_until = Clock::now() + drain_time;
+    for (Rpc *r : b.rpcs) {
+        if (r->finished)
+            continue;
+        if (r->error == 0)
+            r->error = error;
+        if (!r->launched) {
+            // Never sent: nothing to wait for.
+            r->finished = true;
+            r->ended = Clock::now();
+            --b.unfinished;
+            continue;
+        }
+        cancel_ops(*r);
+        settle(b, *r);
+    }
+    for (auto &[server, q] : b.queues)
+        q.clear();
+    if (b.unfinished == 0 && b.suspended && std::ranges::find(ended, &b) == ended.end())
+        ended.push_back(&b);
+}
+
+// The transfers of a stopped batch did not end in time: forget them.
+void Loop::Impl::abandon(Batch &b)
+{
+    for (Rpc *r : b.rpcs) {
+        if (r->finished)
+            continue;
+        if (!r->ops.empty())
+            gossip::error(Mask::client, "{} operations to {} did not end after cancel",
+                          r->ops.size(), *r->url);
+        for (const bmi::OpId op : r->ops)
+            ops.erase(op);
+        r->ops.clear();
+        r->finished = true;
+        r->batch = nullptr;
+        --b.unfinished;
+    }
+    if (b.suspended && std::ranges::find(ended, &b) == ended.end())
+        ended.push_back(&b);
+}
+
+void Loop::Impl::expire(Clock::time_point now)
+{
+    std::vector<Batch *> late;
+    for (Batch *b : active) {
+        if (b->unfinished == 0)
+            continue;
+        if (!b->stopping ? now >= b->deadline : now >= b->drain_until)
+            late.push_back(b);
+    }
+    for (Batch *b : late) {
+        if (!b->stopping) {
+            // Out of time: whatever has not answered fails with ETIMEDOUT.
+            stop(*b, -ETIMEDOUT);
+        } else {
+            abandon(*b);
+        }
+    }
+}
+
+std::size_t Loop::Impl::cancel(std::uint64_t cancel_id)
+{
+    if (cancel_id == 0)
+        return 0;
+    std::vector<Batch *> matching;
+    for (Batch *b : active) {
+        if (b->context.cancel_id == cancel_id && !b->stopping && b->unfinished > 0)
+            matching.push_back(b);
+    }
+    std::size_t n = 0;
+    for (Batch *b : matching) {
+        n += b->unfinished;
+        stop(*b, -ECANCELED);
+    }
+    return n;
+}
+
+int Loop::Impl::idle_ms(int max_idle_ms, Clock::time_point now) const
+{
+    auto until = now + std::chrono::milliseconds(std::max(0, max_idle_ms));
+    for (const Batch *b : active)
+        until = std::min(until, b->stopping ? b->drain_until : b->deadline);
+    if (!ended.empty() || until <= now)
+        return 0;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
+    return static_cast<int>(left + 1);
+}
+
+void Loop::Impl::poll(int max_idle_ms)
+{
+    std::array<bmi::Completion, 64> done{};
+    const std::size_t n = bmi->testcontext(ctx, done, idle_ms(max_idle_ms, Clock::now()));
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto it = ops.find(done.at(i).op);
+        if (it == ops.end())
+            continue; // a transfer whose request was abandoned
+        Rpc *r = it->second;
+        ops.erase(it);
+        on_completion(*r, done.at(i));
+        if (r->batch != nullptr)
+            settle(*r->batch, *r);
+    }
+    expire(Clock::now());
+    // Resume the waiters last: they may start new batches or end their
+    // tasks (freeing the batch, which lives in the task's frame).
+    std::vector<Batch *> to_resume;
+    to_resume.swap(ended);
+    for (Batch *b : to_resume)
+        active.erase(b);
+    for (Batch *b : to_resume) {
+        current = b->context;
+        b->waiter.resume();
+    }
+}
+
+} // namespace pvfs::client

@@ -1,0 +1,153 @@
+// The request engine behind client::Loop: requests to servers (Rpc), run
+// in batches that a coroutine awaits, progressed by poll().  Internal to
+// lib/client; users see include/pvfs/client.hpp.
+//
+// A batch runs its requests with at most `depth` in flight per server (the
+// pipeline of striped I/O), each batch bounded by a deadline.  Any number
+// of batches of any number of tasks run at once: poll() reaps BMI
+// completions, settles the requests they belong to, expires and cancels
+// batches, and resumes the tasks whose batch has ended.  One thread; no
+// locks.
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "bmi/bmi.hpp"
+#include "pvfs/client.hpp"
+#include "pvfs/proto.hpp"
+
+namespace pvfs::client {
+
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+struct Batch;
+
+// Who a batch's requests are from, and the id a Loop::cancel names.
+struct Context {
+    Credentials cred;
+    std::uint64_t cancel_id = 0;
+};
+
+// One request to one server, with its bulk data if it has any.
+struct Rpc {
+    std::size_t server = 0;           // the client's index of the server
+    const std::string *url = nullptr; // where it goes (set by the client)
+    const proto::Key *key = nullptr;  // the file system's key
+    proto::Request req;
+    std::vector<std::byte> out;
+    std::vector<std::byte> in;
+    bmi::Tag tag = 0;
+    // Bulk chunks, each a list of memory pieces (the request's stream).
+    std::vector<std::vector<bmi::ConstBuffer>> send_chunks;
+    std::vector<std::vector<bmi::MutableBuffer>> recv_chunks;
+
+    std::vector<bmi::OpId> ops; // posted, not yet completed
+    bmi::OpId recv_op = bmi::no_op;
+    bool response_arrived = false;
+    std::size_t response_size = 0;
+    int error = 0; // a negative errno of the transport or the decoding
+    bool launched = false;
+    bool finished = false;
+    proto::Response resp;
+    Clock::time_point started{};
+    Clock::time_point ended{};
+    Batch *batch = nullptr; // while it runs
+
+    // 0, or the negative errno of the transport or of the server.
+    [[nodiscard]] int result() const noexcept
+    {
+        if (error != 0)
+            return error;
+        return resp.status != 0 ? -resp.status : 0;
+    }
+};
+
+// The requests of one co_await, and who waits for them.
+struct Batch {
+    std::vector<Rpc *> rpcs;
+    unsigned depth = 0;
+    std::chrono::milliseconds timeout{0};
+    std::unordered_map<std::size_t, std::vector<Rpc *>> queues; // per server, popped from the back
+    std::unordered_map<std::size_t, unsigned> in_flight;
+    std::size_t unfinished = 0;
+    Context context;
+    Clock::time_point deadline{};
+    bool stopping = false;           // timed out or cancelled: no new launches
+    Clock::time_point drain_until{}; // when stopping: how long cancels may take
+    bool suspended = false;
+    std::coroutine_handle<> waiter;
+};
+
+} // namespace detail
+
+struct Loop::Impl {
+    using Clock = detail::Clock;
+    std::unique_ptr<bmi::Bmi> bmi;
+    bmi::ContextId ctx = 0;
+    detail::Context current; // of the task running now
+    std::uint64_t session = 0;
+    std::uint64_t seq = 0;
+    std::uint64_t request_id = 0;
+    bmi::Tag next_tag = 1;
+    std::unordered_map<std::string, bmi::Addr> addrs; // looked up on first use
+    std::unordered_set<detail::Batch *> active;
+    std::unordered_map<bmi::OpId, detail::Rpc *> ops; // posted, not yet reaped
+    std::vector<detail::Batch *> ended;               // to resume at the end of poll()
+    std::size_t peak_batches = 0;
+
+    // co_await run(rpcs, depth, timeout): every request answered, failed,
+    // timed out or cancelled (each's result() says which).  The rpcs (with
+    // url and key set) must outlive the await.  The batch is on the heap:
+    // GCC 12 may move an awaiter byte by byte, which a standard container
+    // (pointing into itself) does not survive.
+    struct RunAwaiter {
+        Impl *engine;
+        std::unique_ptr<detail::Batch> batch;
+        [[nodiscard]] bool await_ready() const noexcept { return batch->rpcs.empty(); }
+        bool await_suspend(std::coroutine_handle<> waiter);
+        void await_resume() const noexcept {}
+    };
+    [[nodiscard]] RunAwaiter run(std::span<detail::Rpc *const> rpcs, unsigned depth,
+                                 std::chrono::milliseconds timeout);
+
+    void poll(int max_idle_ms);
+    std::size_t cancel(std::uint64_t cancel_id);
+
+    // Runs a task to its end, polling meanwhile (the synchronous API).
+    template <typename T> T wait(Task<T> task)
+    {
+        task.start();
+        while (!task.done())
+            poll(1000);
+        return task.result();
+    }
+
+private:
+    bmi::Addr addr_of(const std::string &url, int &error);
+    bmi::Tag take_tag();
+    void track(detail::Rpc &r, const bmi::Post &p, bool is_response);
+    void start(detail::Rpc &r, const detail::Context &context);
+    void cancel_ops(const detail::Rpc &r) const;
+    void on_completion(detail::Rpc &r, const bmi::Completion &c);
+    static void decode(detail::Rpc &r);
+    void launch(detail::Batch &b, std::size_t server);
+    void settle(detail::Batch &b, detail::Rpc &r);
+    void stop(detail::Batch &b, int error);
+    void abandon(detail::Batch &b);
+    void expire(Clock::time_point now);
+    [[nodiscard]] int idle_ms(int max_idle_ms, Clock::time_point now) const;
+
+};
+
+} // namespace pvfs::client
