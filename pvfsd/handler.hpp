@@ -6,12 +6,14 @@
 
 #include <pvfs/client.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace pvfs::pvfsd {
@@ -21,26 +23,51 @@ struct HandlerOptions {
     std::chrono::milliseconds request_timeout{0};
 };
 
+// Every upcall runs as a task on one client::Loop: any number are in flight
+// at once, each with its caller's credentials; a CANCEL stops the requests
+// of the op it names.
 class Handler {
 public:
     // slots: the mapped data slots, slot_count * slot_size bytes.
-    Handler(HandlerOptions options, std::span<std::byte> slots, std::size_t slot_size);
+    Handler(HandlerOptions options, std::shared_ptr<client::Loop> loop, std::span<std::byte> slots,
+            std::size_t slot_size);
+    ~Handler();
+    Handler(const Handler &) = delete;
+    Handler &operator=(const Handler &) = delete;
+    Handler(Handler &&) = delete;
+    Handler &operator=(Handler &&) = delete;
 
-    // The downcall answering `up`, or an empty vector when it needs none
-    // (CANCEL).
-    [[nodiscard]] std::vector<std::byte> handle(const Upcall &up);
+    // Starts the work for an upcall (a CANCEL takes effect at once).
+    void start(Upcall up);
+    // The downcalls of the upcalls finished since the last call.
+    [[nodiscard]] std::vector<std::vector<std::byte>> take_finished();
 
+    [[nodiscard]] std::size_t in_flight() const noexcept;
+    [[nodiscard]] std::size_t peak_in_flight() const noexcept { return peak_; }
+    [[nodiscard]] std::size_t cancels() const noexcept { return cancels_; }
     [[nodiscard]] std::size_t mounts() const noexcept { return clients_.size(); }
 
 private:
+    struct Op {
+        explicit Op(Upcall u) : up(std::move(u)) {}
+        Upcall up; // the task's views point into it: never moved
+        Task<std::vector<std::byte>> task;
+        bool done = false;
+    };
+    static void on_done(void *op) noexcept;
+    Task<std::vector<std::byte>> run(Op &op);
     int attach(const Upcall &up, Downcall &out);
-    int dispatch(const Upcall &up, client::Client &c, Downcall &out);
+    Task<int> dispatch(const Upcall &up, client::Client &c, Downcall &out);
     [[nodiscard]] std::span<std::byte> slot(std::uint32_t index, std::uint32_t length) const;
 
     HandlerOptions options_;
+    std::shared_ptr<client::Loop> loop_;
     std::span<std::byte> slots_;
     std::size_t slot_size_;
-    std::map<std::uint64_t, std::unique_ptr<client::Client>> clients_;
+    std::map<std::uint64_t, std::shared_ptr<client::Client>> clients_;
+    std::unordered_map<std::uint64_t, std::unique_ptr<Op>> ops_; // by tag
+    std::size_t peak_ = 0;
+    std::size_t cancels_ = 0;
 };
 
 } // namespace pvfs::pvfsd

@@ -16,10 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <fstream>
 #include <span>
@@ -165,29 +165,51 @@ int run(const Settings &s)
     ::sigemptyset(&stop);
     ::sigaddset(&stop, SIGTERM);
     ::sigaddset(&stop, SIGINT);
+    ::sigaddset(&stop, SIGUSR1); // a status line in the log
     // Before any thread exists: the signals wait for the signalfd.
     ::sigprocmask(SIG_BLOCK, &stop, nullptr); // NOLINT(concurrency-mt-unsafe)
     UniqueFd sig(::signalfd(-1, &stop, SFD_NONBLOCK | SFD_CLOEXEC));
 
-    pvfs::pvfsd::HandlerOptions ho;
-    ho.key_file = s.key_file;
-    pvfs::pvfsd::Handler handler(ho, slots.bytes(), granted.slot_size);
-    std::vector<std::byte> buf(PVFSD_DEV_MAX_MSG);
-    for (;;) {
-        std::array<pollfd, 2> fds{{{dev.get(), POLLIN, 0}, {sig.get(), POLLIN, 0}}};
-        if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) {
-            gossip::error(gossip::Mask::pvfsd, "poll: {}", strerrordesc_np(errno));
+    // One loop for the device, the signals and every mount's servers.
+    std::string error;
+    const auto loop = pvfs::client::Loop::create(error);
+    if (!loop) {
+        gossip::error(gossip::Mask::pvfsd, "{}", error);
+        return 1;
+    }
+    for (const int fd : {dev.get(), sig.get()}) {
+        if (const int rc = loop->watch_fd(fd); rc != 0) {
+            gossip::error(gossip::Mask::pvfsd, "cannot watch fd {}: {}", fd, strerrordesc_np(-rc));
             return 1;
         }
-        if ((fds[1].revents & POLLIN) != 0) {
-            signalfd_siginfo si{};
-            if (::read(sig.get(), &si, sizeof(si)) > 0) {
-                gossip::info(gossip::Mask::pvfsd,
-                             "signal {}: stopping; the kernel keeps "
-                             "pending requests for the next pvfsd",
-                             si.ssi_signo);
-                return 0;
+    }
+    pvfs::pvfsd::HandlerOptions ho;
+    ho.key_file = s.key_file;
+    pvfs::pvfsd::Handler handler(ho, loop, slots.bytes(), granted.slot_size);
+    std::vector<std::byte> buf(PVFSD_DEV_MAX_MSG);
+    auto answer = [&] {
+        for (const auto &reply : handler.take_finished()) {
+            int err = 0;
+            if (!write_all(dev.get(), reply, err)) {
+                pvfsd_msg_hdr h{};
+                std::memcpy(&h, reply.data(), std::min(sizeof h, reply.size()));
+                gossip::warning(gossip::Mask::dev, "pvfs.ko refused the answer to {} tag {}: {}",
+                                pvfs::pvfsd::op_name(h.op), h.tag, strerrordesc_np(err));
             }
+        }
+    };
+    for (;;) {
+        signalfd_siginfo si{};
+        if (::read(sig.get(), &si, sizeof(si)) > 0) {
+            const bool stopping = si.ssi_signo != SIGUSR1;
+            gossip::info(gossip::Mask::pvfsd,
+                         "{}{} ops in flight (at most {} at once), {} cancelled, {} mounts{}",
+                         stopping ? fmt::format("signal {}: stopping with ", si.ssi_signo) : "",
+                         handler.in_flight(), handler.peak_in_flight(), handler.cancels(),
+                         handler.mounts(),
+                         stopping ? "; the kernel keeps pending requests for the next pvfsd" : "");
+            if (stopping)
+                return 0;
         }
         for (;;) {
             const ssize_t n = ::read(dev.get(), buf.data(), buf.size());
@@ -198,7 +220,7 @@ int run(const Settings &s)
                 return 1;
             }
             std::string why;
-            const auto up =
+            auto up =
                 pvfs::pvfsd::Upcall::parse(std::span(buf).first(static_cast<std::size_t>(n)), why);
             if (!up) {
                 gossip::error(gossip::Mask::dev, "malformed upcall ignored: {}", why);
@@ -206,14 +228,11 @@ int run(const Settings &s)
             }
             gossip::debug(gossip::Mask::dev, "upcall {} tag {} ({} bytes)",
                           pvfs::pvfsd::op_name(up->op()), up->tag(), n);
-            const auto reply = handler.handle(*up);
-            if (reply.empty())
-                continue;
-            int err = 0;
-            if (!write_all(dev.get(), reply, err))
-                gossip::warning(gossip::Mask::dev, "pvfs.ko refused the answer to {} tag {}: {}",
-                                pvfs::pvfsd::op_name(up->op()), up->tag(), strerrordesc_np(err));
+            handler.start(std::move(*up));
         }
+        answer();
+        loop->poll(1000);
+        answer();
     }
 }
 

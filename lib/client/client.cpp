@@ -1023,9 +1023,10 @@ Task<std::int64_t> Client::co_write(Handle handle, std::uint64_t offset,
     if (const int rc = co_await impl_->check_access(handle, proto::access_write); rc != 0)
         co_return rc;
     const proto::Region region{offset, data.size()};
-    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): a write only reads the memory
-    co_return co_await impl_->io(handle, std::span(&region, 1),
-                                 const_cast<std::byte *>(data.data()), data.size(), true);
+    // A write only reads the memory.
+    auto *memory =
+        const_cast<std::byte *>(data.data()); // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    co_return co_await impl_->io(handle, std::span(&region, 1), memory, data.size(), true);
 }
 
 Task<std::int64_t> Client::co_read_list(Handle handle, std::span<const proto::Region> regions,

@@ -266,12 +266,8 @@ void Loop::Impl::settle(Batch &b, Rpc &r)
     r.batch = nullptr;
     --b.unfinished;
     --b.in_flight[r.server];
-    if (b.unfinished == 0) {
-        if (b.suspended)
-            ended.push_back(&b);
-        return;
-    }
-    launch(b, r.server);
+    if (b.unfinished == 0 && b.suspended)
+        ended.push_back(&b);
 }
 
 void Loop::Impl::launch(Batch &b, std::size_t server)
@@ -301,7 +297,7 @@ Loop::Impl::RunAwaiter Loop::Impl::run(std::span<Rpc *const> rpcs, unsigned dept
     return a;
 }
 
-bool Loop::Impl::RunAwaiter::await_suspend(std::coroutine_handle<> waiter)
+bool Loop::Impl::RunAwaiter::await_suspend(std::coroutine_handle<> waiter) const
 {
     Batch &b = *batch;
     b.waiter = waiter;
@@ -433,8 +429,12 @@ void Loop::Impl::poll(int max_idle_ms)
         Rpc *r = it->second;
         ops.erase(it);
         on_completion(*r, done.at(i));
-        if (r->batch != nullptr)
-            settle(*r->batch, *r);
+        if (Batch *b = r->batch; b != nullptr) {
+            settle(*b, *r);
+            // Its place in the server's pipeline is free.
+            if (r->finished && b->unfinished > 0)
+                launch(*b, r->server);
+        }
     }
     expire(Clock::now());
     // Resume the waiters last: they may start new batches or end their

@@ -115,7 +115,7 @@ struct Loop::Impl {
         Impl *engine;
         std::unique_ptr<detail::Batch> batch;
         [[nodiscard]] bool await_ready() const noexcept { return batch->rpcs.empty(); }
-        bool await_suspend(std::coroutine_handle<> waiter);
+        [[nodiscard]] bool await_suspend(std::coroutine_handle<> waiter) const;
         void await_resume() const noexcept {}
     };
     [[nodiscard]] RunAwaiter run(std::span<detail::Rpc *const> rpcs, unsigned depth,
@@ -147,7 +147,6 @@ private:
     void abandon(detail::Batch &b);
     void expire(Clock::time_point now);
     [[nodiscard]] int idle_ms(int max_idle_ms, Clock::time_point now) const;
-
 };
 
 } // namespace pvfs::client

@@ -7,6 +7,7 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -91,13 +92,7 @@ template <typename T>
 void run_all(client::Loop &loop, std::vector<Task<T>> &tasks, std::chrono::seconds limit)
 {
     const auto until = Clock::now() + limit;
-    auto all_done = [&] {
-        for (const auto &t : tasks) {
-            if (!t.done())
-                return false;
-        }
-        return true;
-    };
+    auto all_done = [&] { return std::ranges::all_of(tasks, [](const auto &t) { return t.done(); }); };
     while (!all_done()) {
         require(Clock::now() < until, "the tasks did not finish in time");
         loop.poll(100);
@@ -196,7 +191,7 @@ ATF_TEST_CASE_BODY(cancel_stops_one_operation)
     loop->set_context(user(0), 0);
     Attr f;
     require_rc(c->create(root_handle, "f", 0644, true, {}, f), 0, "create");
-    const auto data = test::pattern(256 * 1024, 3);
+    const auto data = test::pattern(std::size_t{256} * 1024, 3);
     require_rc(c->write(f.handle, 0, data), static_cast<std::int64_t>(data.size()), "write");
 
     // A data server stops answering: a write to it hangs until cancelled,
@@ -243,7 +238,7 @@ ATF_TEST_CASE_BODY(timeout_ends_only_its_operation)
     require_rc(c->create(root_handle, "f", 0644, true, {}, f), 0, "create");
     Attr dir;
     require_rc(c->mkdir(root_handle, "dir", 0755, dir), 0, "mkdir");
-    const auto data = test::pattern(200 * 1024, 5);
+    const auto data = test::pattern(std::size_t{200} * 1024, 5);
     require(::kill(cl.servers["data1"]->pid(), SIGSTOP) == 0, "SIGSTOP data1");
     std::vector<Task<std::int64_t>> writes;
     writes.push_back(c->co_write(f.handle, 0, data));

@@ -15,6 +15,7 @@
 //       daemon crash with the op in flight).
 //
 // Prints what it does; exits 1 on any unexpected result, 2 on bad usage.
+#include "upcall.hpp" // op_name: the names pvfsd logs
 #include <pvfs/pvfsd_dev.h>
 #include <pvfs/unique_fd.hpp>
 
@@ -179,15 +180,7 @@ pvfsd_statfs_resp statfs_ok()
     return r;
 }
 
-const char *op_name(unsigned op)
-{
-    static constexpr std::array<const char *, PVFSD_OP_COUNT> names = {
-        "?",         "HELLO",     "ATTACH",     "DETACH",       "LOOKUP", "GETATTR", "SETATTR",
-        "CREATE",    "MKDIR",     "MKNOD",      "SYMLINK",      "LINK",   "UNLINK",  "RMDIR",
-        "RENAME",    "READLINK",  "READDIR",    "READ",         "WRITE",  "FSYNC",   "STATFS",
-        "XATTR_GET", "XATTR_SET", "XATTR_LIST", "XATTR_REMOVE", "CANCEL"};
-    return op < names.size() ? names.at(op) : "?";
-}
+using pvfs::pvfsd::op_name;
 
 int op_number(std::string_view name)
 {
