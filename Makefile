@@ -54,9 +54,12 @@ check-full:
 	@BUILD=$(BUILD) scripts/check --full
 
 # A local cluster (1 metadata + 3 data servers on 127.0.0.1, storage in
-# ./run/), started and checked; `make down` stops it.
+# ./run/), mounted at /mnt/pvfs: on this kernel when it can load pvfs.ko
+# (built here first when it has headers), else in the QEMU guest, where a
+# shell opens (or CMD runs).  UP_MODE=host|vm|cluster forces a way; `make
+# down` unmounts and stops it all.  See scripts/up.
 up: all
-	@BUILD=$(BUILD) scripts/up
+	@$(if $(and $(RUNNING_KDIR),$(filter auto host,$(or $(UP_MODE),auto))),scripts/kbuild $(KBUILD_FLAGS) --include include --src kmod --out $(KMOD_OUT) $(RUNNING_KDIR) || echo "up: building pvfs.ko for this kernel failed" >&2;) BUILD=$(BUILD) KMOD_OUT=$(KMOD_OUT) scripts/up
 
 down:
 	@scripts/down
@@ -105,8 +108,10 @@ help:
 	@echo "make kmod         build pvfs.ko (KDIR=..., C=1 for sparse)"
 	@echo "make check        build everything and run the test suite (kernel 6.1)"
 	@echo "make check-full   the same on kernels 6.1 and 6.12"
-	@echo "make up           start a local cluster (1 metadata + 3 data servers) in ./run/"
-	@echo "make down         stop it"
+	@echo "make up           a local cluster (1 metadata + 3 data servers, ./run/) mounted at /mnt/pvfs;"
+	@echo "                  in a QEMU guest shell when this kernel cannot load pvfs.ko (CMD=... runs"
+	@echo "                  a command there; UP_MODE=host|vm|cluster forces a way)"
+	@echo "make down         unmount it and stop it all"
 	@echo "make vm-shell     boot a guest with pvfs.ko loaded (CMD=... to run a command)"
 	@echo "make lint         clang-format and clang-tidy over user-space sources"
 	@echo "make dkms-install register kmod/ with DKMS for every installed kernel"
