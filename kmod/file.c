@@ -4,9 +4,11 @@
  * between page-cache folios (or, for O_DIRECT, the caller's buffer) and a
  * data slot the daemon maps, one copy, in READ/WRITE requests of up to a
  * slot: readahead fills many folios per request and writeback batches
- * contiguous dirty folios into one.  Consistency is close-to-open, as in
- * NFS: open revalidates the attributes (dropping cached pages another
- * client made stale), close writes dirty pages back and reports errors.
+ * contiguous dirty folios into one, each keeping up to PVFS_IO_DEPTH
+ * requests in flight so that pvfsd streams several slots at once.
+ * Consistency is close-to-open, as in NFS: open revalidates the attributes
+ * (dropping cached pages another client made stale), close writes dirty
+ * pages back and reports errors.
  * Locks (flock, POSIX) are the VFS's local ones: they hold among the
  * processes of one node only.
  */
@@ -25,7 +27,20 @@
 
 /* ---- one READ or WRITE through a slot ---- */
 
-static struct pvfs_op *pvfs_io_op(struct inode *inode, enum pvfsd_op opcode, loff_t pos, size_t len)
+/*
+ * READs and WRITEs one reader (readahead) or one writeback pass keeps in
+ * flight, so that pvfsd works on several slots of a stream at once.
+ */
+#define PVFS_IO_DEPTH 8
+
+/*
+ * A READ or WRITE of up to a slot at @pos.  With @may_wait false it does not
+ * wait for a free slot (ERR_PTR(-EAGAIN)): a caller that holds slots of ops
+ * in flight must not sleep for another, or callers could hold every slot
+ * and wait for each other.
+ */
+static struct pvfs_op *pvfs_io_op(struct inode *inode, enum pvfsd_op opcode, loff_t pos, size_t len,
+				  bool may_wait)
 {
 	struct pvfsd_io_req *req;
 	struct pvfs_op *op;
@@ -34,7 +49,7 @@ static struct pvfs_op *pvfs_io_op(struct inode *inode, enum pvfsd_op opcode, lof
 	op = pvfs_op_new(PVFS_SB(inode->i_sb), opcode, sizeof(*req), sizeof(struct pvfsd_io_resp));
 	if (IS_ERR(op))
 		return op;
-	err = pvfs_op_get_slot(op);
+	err = may_wait ? pvfs_op_get_slot(op) : pvfs_op_try_get_slot(op);
 	if (err) {
 		pvfs_op_put(op);
 		return ERR_PTR(err);
@@ -47,16 +62,24 @@ static struct pvfs_op *pvfs_io_op(struct inode *inode, enum pvfsd_op opcode, lof
 	return op;
 }
 
-/* Runs @op; returns the bytes done or a negative errno. */
-static ssize_t pvfs_io_run(struct pvfs_op *op)
+/* Waits for a started @op; returns the bytes done or a negative errno. */
+static ssize_t pvfs_io_wait(struct pvfs_op *op)
 {
 	const struct pvfsd_io_resp *resp;
-	int err = pvfs_op_run(op);
+	int err = pvfs_op_wait(op);
 
 	if (err)
 		return err;
 	resp = pvfs_op_resp(op);
 	return resp->done;
+}
+
+/* Runs @op; returns the bytes done or a negative errno. */
+static ssize_t pvfs_io_run(struct pvfs_op *op)
+{
+	int err = pvfs_op_start(op);
+
+	return err ? err : pvfs_io_wait(op);
 }
 
 static size_t pvfs_io_len(struct pvfs_op *op)
@@ -87,7 +110,7 @@ static int pvfs_read_folio_sync(struct inode *inode, struct folio *folio)
 	struct pvfs_op *op;
 	ssize_t done;
 
-	op = pvfs_io_op(inode, PVFSD_OP_READ, folio_pos(folio), folio_size(folio));
+	op = pvfs_io_op(inode, PVFSD_OP_READ, folio_pos(folio), folio_size(folio), true);
 	if (IS_ERR(op))
 		return PTR_ERR(op);
 	done = pvfs_io_run(op);
@@ -107,36 +130,66 @@ static int pvfs_read_folio(struct file *file, struct folio *folio)
 	return err;
 }
 
+/* One READ of a readahead window. */
+struct pvfs_ra_req {
+	struct pvfs_op *op; /* or the ERR_PTR of why there is none */
+	loff_t start;
+	size_t want;
+};
+
 static void pvfs_readahead(struct readahead_control *rac)
 {
 	struct inode *inode = rac->mapping->host;
+	struct pvfs_ra_req reqs[PVFS_IO_DEPTH];
 	struct folio *folio;
+	unsigned int n, i;
 
 	while (readahead_count(rac)) {
-		loff_t start = readahead_pos(rac);
-		size_t want = min_t(size_t, readahead_length(rac), pvfs_slot_size());
-		struct pvfs_op *op;
-		ssize_t done;
-		const char *src;
+		loff_t pos = readahead_pos(rac);
+		size_t left = readahead_length(rac);
 
-		op = pvfs_io_op(inode, PVFSD_OP_READ, start, want);
-		done = IS_ERR(op) ? PTR_ERR(op) : pvfs_io_run(op);
-		src = IS_ERR(op) ? NULL : pvfs_op_slot_addr(op);
-		if (!IS_ERR(op))
-			want = pvfs_io_len(op);
-		/* the folios this request covers, in order */
-		while ((folio = readahead_folio(rac)) != NULL) {
-			loff_t off = folio_pos(folio) - start;
+		/* send up to PVFS_IO_DEPTH READs, then take their answers in order */
+		for (n = 0; n < PVFS_IO_DEPTH && left; n++) {
+			size_t want = min_t(size_t, left, pvfs_slot_size());
+			struct pvfs_op *op = pvfs_io_op(inode, PVFSD_OP_READ, pos, want, n == 0);
+			int err;
 
-			if (done >= 0) {
-				pvfs_fill_folio(folio, src + off, done > off ? done - off : 0);
-				folio_mark_uptodate(folio);
-			}
-			folio_unlock(folio);
-			if (off + folio_size(folio) >= want)
+			if (n > 0 && op == ERR_PTR(-EAGAIN))
 				break;
+			if (!IS_ERR(op)) {
+				want = pvfs_io_len(op);
+				err = pvfs_op_start(op);
+				if (err) {
+					pvfs_op_put(op);
+					op = ERR_PTR(err);
+				}
+			}
+			reqs[n].op = op;
+			reqs[n].start = pos;
+			reqs[n].want = want;
+			pos += want;
+			left -= min(left, want);
 		}
-		pvfs_op_put(op);
+		for (i = 0; i < n; i++) {
+			struct pvfs_op *op = reqs[i].op;
+			ssize_t done = IS_ERR(op) ? PTR_ERR(op) : pvfs_io_wait(op);
+			const char *src = IS_ERR(op) ? NULL : pvfs_op_slot_addr(op);
+
+			/* the folios this request covers, in order */
+			while ((folio = readahead_folio(rac)) != NULL) {
+				loff_t off = folio_pos(folio) - reqs[i].start;
+
+				if (done >= 0) {
+					pvfs_fill_folio(folio, src + off,
+							done > off ? done - off : 0);
+					folio_mark_uptodate(folio);
+				}
+				folio_unlock(folio);
+				if (off + folio_size(folio) >= reqs[i].want)
+					break;
+			}
+			pvfs_op_put(op);
+		}
 	}
 }
 
@@ -197,25 +250,36 @@ out:
 
 /* Contiguous dirty folios gathered into one WRITE. */
 struct pvfs_wb_batch {
-	struct inode *inode;
 	struct pvfs_op *op;
 	loff_t start;
 	size_t len;
 	unsigned int nr;
-	unsigned int max;
 	struct folio **folios;
+};
+
+/*
+ * One writeback pass: the batch being filled is batches[(head + sent) %
+ * PVFS_IO_DEPTH]; the @sent before it are WRITEs in flight, oldest first.
+ */
+struct pvfs_wb {
+	struct inode *inode;
+	unsigned int max; /* folios per batch */
+	struct pvfs_wb_batch batches[PVFS_IO_DEPTH];
+	unsigned int head;
+	unsigned int sent;
 	int err;
 };
 
-static void pvfs_wb_flush(struct pvfs_wb_batch *b)
+static struct pvfs_wb_batch *pvfs_wb_filling(struct pvfs_wb *wb)
 {
-	ssize_t done;
+	return &wb->batches[(wb->head + wb->sent) % PVFS_IO_DEPTH];
+}
+
+/* Ends the writeback of @b's folios with @done bytes written or an error. */
+static void pvfs_wb_end(struct pvfs_wb *wb, struct pvfs_wb_batch *b, ssize_t done)
+{
 	unsigned int i;
 
-	if (!b->op)
-		return;
-	((struct pvfsd_io_req *)pvfs_op_req(b->op))->length = b->len;
-	done = pvfs_io_run(b->op);
 	if (done >= 0 && (size_t)done < b->len)
 		done = -EIO;
 	for (i = 0; i < b->nr; i++) {
@@ -224,19 +288,49 @@ static void pvfs_wb_flush(struct pvfs_wb_batch *b)
 		folio_end_writeback(b->folios[i]);
 		folio_put(b->folios[i]);
 	}
-	if (done < 0 && !b->err)
-		b->err = done;
+	if (done < 0 && !wb->err)
+		wb->err = done;
 	pvfs_op_put(b->op);
 	b->op = NULL;
 	b->nr = 0;
 	b->len = 0;
 }
 
+/* Waits for the oldest WRITE in flight. */
+static void pvfs_wb_reap(struct pvfs_wb *wb)
+{
+	struct pvfs_wb_batch *b = &wb->batches[wb->head];
+
+	pvfs_wb_end(wb, b, pvfs_io_wait(b->op));
+	wb->head = (wb->head + 1) % PVFS_IO_DEPTH;
+	wb->sent--;
+}
+
+/* Sends the batch being filled; at most PVFS_IO_DEPTH - 1 stay in flight. */
+static void pvfs_wb_send(struct pvfs_wb *wb)
+{
+	struct pvfs_wb_batch *b = pvfs_wb_filling(wb);
+	int err;
+
+	if (!b->op)
+		return;
+	((struct pvfsd_io_req *)pvfs_op_req(b->op))->length = b->len;
+	err = pvfs_op_start(b->op);
+	if (err) {
+		pvfs_wb_end(wb, b, err);
+		return;
+	}
+	wb->sent++;
+	if (wb->sent == PVFS_IO_DEPTH)
+		pvfs_wb_reap(wb);
+}
+
 static int pvfs_wb_add(PVFS_WCP_T *page, struct writeback_control *wbc, void *data)
 {
 	struct folio *folio = pvfs_wcp_to_folio(page);
-	struct pvfs_wb_batch *b = data;
-	loff_t size = i_size_read(b->inode);
+	struct pvfs_wb *wb = data;
+	struct pvfs_wb_batch *b = pvfs_wb_filling(wb);
+	loff_t size = i_size_read(wb->inode);
 	loff_t pos = folio_pos(folio);
 	size_t len;
 	char *dst;
@@ -248,19 +342,27 @@ static int pvfs_wb_add(PVFS_WCP_T *page, struct writeback_control *wbc, void *da
 		return 0;
 	}
 	len = min_t(loff_t, folio_size(folio), size - pos);
-	if (b->op && (pos != b->start + b->len || b->nr == b->max ||
-		      b->len + folio_size(folio) > pvfs_slot_size()))
-		pvfs_wb_flush(b);
+	if (b->op && (pos != b->start + b->len || b->nr == wb->max ||
+		      b->len + folio_size(folio) > pvfs_slot_size())) {
+		pvfs_wb_send(wb);
+		b = pvfs_wb_filling(wb);
+	}
 	if (!b->op) {
-		b->op = pvfs_io_op(b->inode, PVFSD_OP_WRITE, pos, pvfs_slot_size());
-		if (IS_ERR(b->op)) {
-			int err = PTR_ERR(b->op);
+		struct pvfs_op *op;
 
-			b->op = NULL;
+		op = pvfs_io_op(wb->inode, PVFSD_OP_WRITE, pos, pvfs_slot_size(), !wb->sent);
+		if (op == ERR_PTR(-EAGAIN)) {
+			/* every slot is taken: finish ours before waiting for one */
+			while (wb->sent)
+				pvfs_wb_reap(wb);
+			op = pvfs_io_op(wb->inode, PVFSD_OP_WRITE, pos, pvfs_slot_size(), true);
+		}
+		if (IS_ERR(op)) {
 			folio_redirty_for_writepage(wbc, folio);
 			folio_unlock(folio);
-			return err;
+			return PTR_ERR(op);
 		}
+		b->op = op;
 		b->start = pos;
 	}
 	folio_start_writeback(folio);
@@ -277,26 +379,40 @@ static int pvfs_wb_add(PVFS_WCP_T *page, struct writeback_control *wbc, void *da
 	folio_unlock(folio);
 	/* a partial last folio ends the batch */
 	if (len < folio_size(folio))
-		pvfs_wb_flush(b);
+		pvfs_wb_send(wb);
 	return 0;
 }
 
 static int pvfs_writepages(struct address_space *mapping, struct writeback_control *wbc)
 {
-	struct pvfs_wb_batch b = {.inode = mapping->host};
+	struct pvfs_wb *wb;
+	struct folio **folios;
+	unsigned int i;
 	int err;
 
 	if (!pvfs_slot_size())
 		return -ENOTCONN;
-	b.max = pvfs_slot_size() / PAGE_SIZE;
-	b.folios = kcalloc(b.max, sizeof(*b.folios), GFP_NOFS);
-	if (!b.folios)
+	wb = kzalloc(sizeof(*wb), GFP_NOFS);
+	if (!wb)
 		return -ENOMEM;
-	err = write_cache_pages(mapping, wbc, pvfs_wb_add, &b);
-	pvfs_wb_flush(&b);
-	kfree(b.folios);
+	wb->inode = mapping->host;
+	wb->max = pvfs_slot_size() / PAGE_SIZE;
+	folios = kcalloc(array_size(wb->max, PVFS_IO_DEPTH), sizeof(*folios), GFP_NOFS);
+	if (!folios) {
+		kfree(wb);
+		return -ENOMEM;
+	}
+	for (i = 0; i < PVFS_IO_DEPTH; i++)
+		wb->batches[i].folios = folios + i * wb->max;
+	err = write_cache_pages(mapping, wbc, pvfs_wb_add, wb);
+	pvfs_wb_send(wb);
+	while (wb->sent)
+		pvfs_wb_reap(wb);
+	err = err ? err : wb->err;
+	kfree(folios);
+	kfree(wb);
 	pvfs_attr_stale(mapping->host);
-	return err ? err : b.err;
+	return err;
 }
 
 const struct address_space_operations pvfs_aops = {
@@ -332,7 +448,7 @@ static ssize_t pvfs_direct_io(struct kiocb *iocb, struct iov_iter *iter, bool wr
 		ssize_t done;
 
 		op = pvfs_io_op(inode, write ? PVFSD_OP_WRITE : PVFSD_OP_READ, pos,
-				iov_iter_count(iter));
+				iov_iter_count(iter), true);
 		if (IS_ERR(op)) {
 			err = PTR_ERR(op);
 			break;

@@ -178,11 +178,9 @@ static struct pvfs_op *pvfs_make_cancel(u64 target_tag)
 	return cancel;
 }
 
-int pvfs_op_run(struct pvfs_op *op)
+int pvfs_op_start(struct pvfs_op *op)
 {
 	struct pvfs_sb_info *sbi = op->sbi;
-	struct pvfs_op *cancel;
-	int err;
 
 	if (op->kind != PVFS_KIND_CALL || op->state != PVFS_OP_NEW)
 		return -EINVAL;
@@ -196,6 +194,24 @@ int pvfs_op_run(struct pvfs_op *op)
 	pvfs_queue_locked(op);
 	spin_unlock(&pvfs_chan.lock);
 	wake_up(&pvfs_chan.readq);
+	return 0;
+}
+
+int pvfs_op_run(struct pvfs_op *op)
+{
+	int err = pvfs_op_start(op);
+
+	return err ? err : pvfs_op_wait(op);
+}
+
+int pvfs_op_wait(struct pvfs_op *op)
+{
+	struct pvfs_sb_info *sbi = op->sbi;
+	struct pvfs_op *cancel;
+	int err;
+
+	if (op->kind != PVFS_KIND_CALL || op->state == PVFS_OP_NEW)
+		return -EINVAL;
 
 	if (sbi->opts.intr)
 		err = wait_for_completion_interruptible(&op->done);
@@ -614,6 +630,19 @@ static bool pvfs_try_take_slot(struct pvfs_op *op, int *err)
 	}
 	spin_unlock(&pvfs_chan.lock);
 	return stop;
+}
+
+int pvfs_op_try_get_slot(struct pvfs_op *op)
+{
+	int err = 0;
+
+	if (op->slot >= 0)
+		return 0;
+	if (op->kind != PVFS_KIND_CALL)
+		return -EINVAL;
+	if (!pvfs_try_take_slot(op, &err))
+		return -EAGAIN;
+	return err;
 }
 
 int pvfs_op_get_slot(struct pvfs_op *op)

@@ -102,6 +102,16 @@ void *pvfs_op_req(struct pvfs_op *op);
  * An op runs once.
  */
 int pvfs_op_run(struct pvfs_op *op);
+/*
+ * pvfs_op_run in two steps, for callers that keep several ops in flight:
+ * pvfs_op_start queues the op (0, or -EIO when the mount failed and the op
+ * was not sent); pvfs_op_wait waits for a started op and returns what
+ * pvfs_op_run would.  Once a wait was interrupted by a signal, the
+ * caller's other started ops are cancelled by their own waits, which
+ * return at once: wait for every op started.
+ */
+int pvfs_op_start(struct pvfs_op *op);
+int pvfs_op_wait(struct pvfs_op *op);
 /* The downcall body and its length (valid after pvfs_op_run returned 0). */
 const void *pvfs_op_resp(const struct pvfs_op *op);
 size_t pvfs_op_resp_len(const struct pvfs_op *op);
@@ -114,6 +124,8 @@ size_t pvfs_op_resp_len(const struct pvfs_op *op);
  * daemon may still use it.
  */
 int pvfs_op_get_slot(struct pvfs_op *op);
+/* The same without waiting: -EAGAIN when every slot is taken. */
+int pvfs_op_try_get_slot(struct pvfs_op *op);
 unsigned int pvfs_op_slot(const struct pvfs_op *op);
 /* Kernel address of the op's slot, pvfs_slot_size() bytes. */
 void *pvfs_op_slot_addr(const struct pvfs_op *op);
