@@ -92,7 +92,9 @@ template <typename T>
 void run_all(client::Loop &loop, std::vector<Task<T>> &tasks, std::chrono::seconds limit)
 {
     const auto until = Clock::now() + limit;
-    auto all_done = [&] { return std::ranges::all_of(tasks, [](const auto &t) { return t.done(); }); };
+    auto all_done = [&] {
+        return std::ranges::all_of(tasks, [](const auto &t) { return t.done(); });
+    };
     while (!all_done()) {
         require(Clock::now() < until, "the tasks did not finish in time");
         loop.poll(100);
