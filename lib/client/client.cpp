@@ -225,31 +225,47 @@ struct Client::Impl {
     Task<int> file_size(Handle h, const Layout &layout, std::uint64_t &size)
     {
         std::vector<Rpc> rpcs(layout.stripe_count);
+        if (const int rc = size_requests(h, layout, rpcs); rc != 0)
+            co_return rc;
         std::vector<Rpc *> ptrs;
+        for (Rpc &r : rpcs)
+            ptrs.push_back(&r);
+        co_await run(ptrs);
+        co_return size_of(layout, rpcs, size);
+    }
+
+    // The ObjectSizes requests of file_size, one per stripe slot (`rpcs`
+    // has layout.stripe_count elements).
+    int size_requests(Handle h, const Layout &layout, std::vector<Rpc> &rpcs) const
+    {
         for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
             const std::uint32_t ds = layout::server_of_slot(layout, data_count(), slot);
             if (ds >= data_servers.size())
-                co_return -EIO;
+                return -EIO;
             rpcs[slot].server = data_servers[ds];
             rpcs[slot].req.body = proto::ObjectSizesRequest{{h}};
-            ptrs.push_back(&rpcs[slot]);
         }
-        co_await run(ptrs);
+        return 0;
+    }
+
+    // The file size their answers imply.
+    int size_of(const Layout &layout, const std::vector<Rpc> &rpcs, std::uint64_t &size) const
+    {
         size = 0;
         for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
             if (const int rc = rpcs[slot].result(); rc != 0)
-                co_return rc;
+                return rc;
             const auto *r = std::get_if<proto::ObjectSizesResponse>(&rpcs[slot].resp.body);
             if (r == nullptr || r->sizes.size() != 1)
-                co_return -EPROTO;
+                return -EPROTO;
             if (r->sizes[0] == proto::no_object_size)
                 continue;
             const auto end = layout::logical_size(layout, data_count(), slot, r->sizes[0]);
             if (!end)
-                co_return -EFBIG;
+                return -EFBIG;
             size = std::max(size, *end);
         }
-        co_return 0;
+        return 0;
     }
 
     Task<int> getattr(Handle h, Attr &out, bool use_cache = true)
@@ -272,6 +288,24 @@ struct Client::Impl {
             co_return rc;
         out = r.attr;
         remember(out);
+        co_return 0;
+    }
+
+    // Attributes as the metadata server keeps them, without asking the data
+    // servers for the size: what I/O needs (the type and layout).  A cached
+    // attribute serves; the answer is not cached (its size is not known).
+    Task<int> getattr_no_size(Handle h, Attr &out)
+    {
+        const auto it = attrs.find(h);
+        if (it != attrs.end() && it->second.expires > Clock::now()) {
+            out = it->second.attr;
+            co_return 0;
+        }
+        proto::GetattrResponse r;
+        proto::RequestBody request = proto::GetattrRequest{h};
+        if (const int rc = co_await meta_call(h, std::move(request), r); rc != 0)
+            co_return rc;
+        out = r.attr;
         co_return 0;
     }
 
@@ -309,14 +343,47 @@ struct Client::Impl {
     }
 
     // ---- striped I/O -----------------------------------------------------
+    // `known`: the file's attributes, when the caller has just fetched them.
     Task<std::int64_t> io(Handle h, std::span<const proto::Region> regions, std::byte *memory,
-                          std::size_t memory_size, bool is_write)
+                          std::size_t memory_size, bool is_write, const Attr *known = nullptr)
     {
         Attr a;
-        if (const int rc = co_await getattr(h, a); rc != 0)
+        if (known != nullptr) {
+            a = *known;
+        } else if (const int rc = co_await getattr_no_size(h, a); rc != 0) {
             co_return rc;
+        }
+        std::vector<std::unique_ptr<Rpc>> rpcs;
+        if (const int rc = io_requests(a, regions, memory, memory_size, is_write, rpcs); rc != 0)
+            co_return rc;
+        std::vector<Rpc *> ptrs;
+        ptrs.reserve(rpcs.size());
+        for (auto &r : rpcs)
+            ptrs.push_back(r.get());
+        co_await run(ptrs, std::max(1U, options.pipeline_depth));
+        for (const Rpc *r : ptrs) {
+            if (const int rc = r->result(); rc != 0)
+                co_return rc;
+        }
+        if (is_write) {
+            // The file may have grown: refresh the size on next use.
+            forget(h);
+            written.insert(h);
+        }
+        std::uint64_t total = 0;
+        for (const proto::Region &r : regions)
+            total += r.length;
+        co_return static_cast<std::int64_t>(total);
+    }
+
+    // The data servers' requests of a striped read or write of `regions` of
+    // file `a` from or into `memory`.
+    int io_requests(const Attr &a, std::span<const proto::Region> regions, std::byte *memory,
+                    std::size_t memory_size, bool is_write, std::vector<std::unique_ptr<Rpc>> &rpcs)
+    {
+        const Handle h = a.handle;
         if (a.type != ObjectType::regular)
-            co_return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
+            return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
         std::vector<layout::FileRegion> file_regions;
         file_regions.reserve(regions.size());
         std::uint64_t total = 0;
@@ -325,15 +392,14 @@ struct Client::Impl {
             total += r.length;
         }
         if (total > memory_size)
-            co_return -EINVAL;
+            return -EINVAL;
         std::vector<layout::SlotRegions> per_slot;
         if (const char *why = layout::map_regions(a.layout, data_count(), file_regions, per_slot);
             why != nullptr) {
             gossip::debug(Mask::client, "I/O on {:016x} refused: {}", h, why);
-            co_return -EINVAL;
+            return -EINVAL;
         }
         const std::uint32_t chunk = cluster.defaults.bulk_chunk;
-        std::vector<std::unique_ptr<Rpc>> rpcs;
         for (const layout::SlotRegions &slot : per_slot) {
             std::size_t i = 0;
             std::uint64_t region_done = 0; // bytes of regions[i] already given to a request
@@ -376,21 +442,7 @@ struct Client::Impl {
                 rpcs.push_back(std::move(r));
             }
         }
-        std::vector<Rpc *> ptrs;
-        ptrs.reserve(rpcs.size());
-        for (auto &r : rpcs)
-            ptrs.push_back(r.get());
-        co_await run(ptrs, std::max(1U, options.pipeline_depth));
-        for (const Rpc *r : ptrs) {
-            if (const int rc = r->result(); rc != 0)
-                co_return rc;
-        }
-        if (is_write) {
-            // The file may have grown: refresh the size on next use.
-            forget(h);
-            written.insert(h);
-        }
-        co_return static_cast<std::int64_t>(total);
+        return 0;
     }
 
     // Cuts a request's memory segments into chunk-sized lists of pieces.
@@ -1000,19 +1052,55 @@ Task<int> Client::co_readdir(Handle dir, std::uint64_t cookie, std::uint32_t max
 
 Task<std::int64_t> Client::co_read(Handle handle, std::uint64_t offset, std::span<std::byte> buffer)
 {
+    Impl &m = *impl_;
     Attr a;
-    if (const int rc = co_await impl_->getattr(handle, a); rc != 0)
+    const auto cached = m.attrs.find(handle);
+    const bool size_known = cached != m.attrs.end() && cached->second.expires > Clock::now();
+    if (const int rc = co_await m.getattr_no_size(handle, a); rc != 0)
         co_return rc;
     if (a.type != ObjectType::regular)
         co_return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
-    if (const int rc = co_await impl_->check_access(handle, proto::access_read); rc != 0)
+    if (const int rc = co_await m.check_access(handle, proto::access_read); rc != 0)
         co_return rc;
-    if (offset >= a.size || buffer.empty())
+    if (buffer.empty() || (size_known && offset >= a.size))
         co_return 0;
-    const std::uint64_t n = std::min<std::uint64_t>(buffer.size(), a.size - offset);
-    const proto::Region region{offset, n};
-    co_return co_await impl_->io(handle, std::span(&region, 1), buffer.data(),
-                                 static_cast<std::size_t>(n), false);
+    if (size_known) {
+        const std::uint64_t n = std::min<std::uint64_t>(buffer.size(), a.size - offset);
+        const proto::Region region{offset, n};
+        co_return co_await m.io(handle, std::span(&region, 1), buffer.data(),
+                                static_cast<std::size_t>(n), false, &a);
+    }
+    // The size is not known: ask the data servers for it in the same round
+    // trip as the data (past the end they read as zeros), then cut the
+    // answer at the end of the file.
+    if (layout::validate(a.layout, m.data_count()) != nullptr)
+        co_return -EIO;
+    std::vector<Rpc> sizes(a.layout.stripe_count);
+    if (const int rc = m.size_requests(handle, a.layout, sizes); rc != 0)
+        co_return rc;
+    const proto::Region region{offset, buffer.size()};
+    std::vector<std::unique_ptr<Rpc>> reads;
+    if (const int rc =
+            m.io_requests(a, std::span(&region, 1), buffer.data(), buffer.size(), false, reads);
+        rc != 0)
+        co_return rc;
+    // The sizes first: a server's queue sends them before its reads.
+    std::vector<Rpc *> ptrs;
+    for (Rpc &r : sizes)
+        ptrs.push_back(&r);
+    for (auto &r : reads)
+        ptrs.push_back(r.get());
+    co_await m.run(ptrs, std::max(1U, m.options.pipeline_depth) + 1U);
+    if (const int rc = m.size_of(a.layout, sizes, a.size); rc != 0)
+        co_return rc;
+    for (const auto &r : reads) {
+        if (const int rc = r->result(); rc != 0)
+            co_return rc;
+    }
+    m.remember(a);
+    if (offset >= a.size)
+        co_return 0;
+    co_return static_cast<std::int64_t>(std::min<std::uint64_t>(buffer.size(), a.size - offset));
 }
 
 Task<std::int64_t> Client::co_write(Handle handle, std::uint64_t offset,
@@ -1055,7 +1143,7 @@ Task<int> Client::co_fsync(Handle handle)
 {
     Impl &m = *impl_;
     Attr a;
-    if (const int rc = co_await m.getattr(handle, a); rc != 0)
+    if (const int rc = co_await m.getattr_no_size(handle, a); rc != 0)
         co_return rc;
     if (a.type != ObjectType::regular)
         co_return 0;
