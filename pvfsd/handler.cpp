@@ -414,6 +414,8 @@ Task<int> Handler::dispatch(const Upcall &up, client::Client &c, Downcall &out)
                             req->length, req->slot);
             co_return -EINVAL;
         }
+        gossip::debug(gossip::Mask::pvfsd, "{} tag {}: {:#x}, {} bytes at {}", op_name(up.op()),
+                      up.tag(), req->handle, req->length, req->offset);
         std::int64_t n = 0;
         if (up.op() == PVFSD_OP_READ) {
             n = co_await c.co_read(req->handle, req->offset, mem);
