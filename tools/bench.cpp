@@ -2,10 +2,17 @@
 // read back and check (a stamp per 512-byte sector), a contiguous region of R bytes of one shared
 // file striped over S data servers; the aggregate rate of each phase is all the bytes over the time
 // from the first client's start to the last client's end.  Every client is its own process with its
-// own connections, as on a cluster.
+// own connections, as on a cluster.  With --random-reads N the read phase
+// is N reads of one block each at random block-aligned offsets of the
+// client's region instead.  With --local PATH the same pattern runs against
+// a local file through POSIX calls (pwrite, pread, fsync): the baseline,
+// and the way to measure a kernel mount (--drop-caches empties the page
+// cache before the read phase, so reads are not served from memory).
 //
 //   pvfs-bench -c cluster.toml --clients 4 --region 256MiB --stripe-count 2
+//   pvfs-bench --local /mnt/pvfs/bench.dat --block 4KiB --random-reads 2000 --drop-caches
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +21,7 @@
 #include <climits>
 #include <cstring>
 #include <iostream>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -82,58 +90,139 @@ bool stamps_match(std::span<const std::byte> block, unsigned client, std::uint64
 
 struct Plan {
     tools::Target target;
+    std::string local; // non-empty: this local file instead of pvfs
     Handle file = 0;
     std::uint64_t region = 0;
     std::size_t block = 0;
+    std::uint64_t random_reads = 0; // 0: the read phase reads the region in order
 };
 
-PhaseTimes run_phase(client::Client &c, const Plan &p, unsigned id, bool writing)
+// Where a client's bytes go: the pvfs client library, or a local file
+// (a kernel mount, tmpfs) through POSIX calls.  Returns what the calls
+// return: bytes moved, or a negative errno.
+class Storage {
+public:
+    Storage(client::Client *c, Handle file, int fd) : c_(c), file_(file), fd_(fd) {}
+    std::int64_t write(std::uint64_t off, std::span<const std::byte> b)
+    {
+        if (c_ != nullptr)
+            return c_->write(file_, off, b);
+        const ssize_t n = ::pwrite(fd_, b.data(), b.size(), static_cast<off_t>(off));
+        return n < 0 ? -errno : n;
+    }
+    std::int64_t read(std::uint64_t off, std::span<std::byte> b)
+    {
+        if (c_ != nullptr)
+            return c_->read(file_, off, b);
+        const ssize_t n = ::pread(fd_, b.data(), b.size(), static_cast<off_t>(off));
+        return n < 0 ? -errno : n;
+    }
+    std::int64_t fsync()
+    {
+        if (c_ != nullptr)
+            return c_->fsync(file_);
+        return ::fsync(fd_) == 0 ? 0 : -errno;
+    }
+
+private:
+    client::Client *c_;
+    Handle file_;
+    int fd_;
+};
+
+// One read or write of the phase: false (with t.error set) ends the phase.
+bool transfer(Storage &s, std::span<std::byte> b, unsigned id, std::uint64_t base,
+              std::uint64_t off, bool writing, PhaseTimes &t)
+{
+    if (writing) {
+        stamp(b, id, off);
+        const std::int64_t rc = s.write(base + off, b);
+        t.error = rc < 0 ? rc : (rc == static_cast<std::int64_t>(b.size()) ? 0 : -EIO);
+        return t.error == 0;
+    }
+    const std::int64_t rc = s.read(base + off, b);
+    if (rc != static_cast<std::int64_t>(b.size())) {
+        t.error = rc < 0 ? rc : -EIO;
+        return false;
+    }
+    if (!stamps_match(b, id, off)) {
+        t.error = 1;
+        return false;
+    }
+    return true;
+}
+
+PhaseTimes run_phase(Storage &s, const Plan &p, unsigned id, bool writing)
 {
     PhaseTimes t;
     std::vector<std::byte> buf(p.block);
     fill_pattern(buf);
     const std::uint64_t base = std::uint64_t{id} * p.region;
     t.start_ns = monotonic_ns();
-    for (std::uint64_t off = 0; off < p.region && t.error == 0; off += p.block) {
-        const std::size_t n =
-            static_cast<std::size_t>(std::min<std::uint64_t>(p.block, p.region - off));
-        const std::span<std::byte> b(buf.data(), n);
-        if (writing) {
-            stamp(b, id, off);
-            const std::int64_t rc = c.write(p.file, base + off, b);
-            t.error = rc < 0 ? rc : (rc == static_cast<std::int64_t>(n) ? 0 : -EIO);
-        } else {
-            const std::int64_t rc = c.read(p.file, base + off, b);
-            if (rc != static_cast<std::int64_t>(n)) {
-                t.error = rc < 0 ? rc : -EIO;
+    if (!writing && p.random_reads != 0) {
+        // Whole blocks only, so every read is one block; the seed is the
+        // client's, so runs and targets read the same offsets.
+        std::mt19937_64 rng(0x9e3779b97f4a7c15ULL + id);
+        const std::uint64_t blocks = std::max<std::uint64_t>(1, p.region / p.block);
+        std::uniform_int_distribution<std::uint64_t> pick(0, blocks - 1);
+        const std::span<std::byte> b(buf.data(), std::min<std::uint64_t>(p.block, p.region));
+        for (std::uint64_t i = 0; i < p.random_reads; ++i) {
+            if (!transfer(s, b, id, base, pick(rng) * p.block, false, t))
                 break;
-            }
-            if (!stamps_match(b, id, off))
-                t.error = 1;
+        }
+    } else {
+        for (std::uint64_t off = 0; off < p.region; off += p.block) {
+            const std::size_t n =
+                static_cast<std::size_t>(std::min<std::uint64_t>(p.block, p.region - off));
+            if (!transfer(s, std::span<std::byte>(buf.data(), n), id, base, off, writing, t))
+                break;
         }
     }
     if (writing && t.error == 0)
-        t.error = c.fsync(p.file);
+        t.error = s.fsync();
     t.end_ns = monotonic_ns();
     return t;
 }
 
+// Empties the page cache (root only): what a read phase of a local file or
+// a kernel mount reads must come from the storage, not from memory.
+std::int64_t drop_caches()
+{
+    ::sync();
+    const UniqueFd fd(::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC));
+    if (!fd.valid() || ::write(fd.get(), "3", 1) != 1)
+        return -errno;
+    return 0;
+}
+
 [[noreturn]] void client_main(const Plan &p, unsigned id, int go_fd, int result_fd)
 {
-    client::Options o;
-    o.target = p.target.target;
-    o.key_file = p.target.key_file;
-    std::string error;
-    const auto c = client::Client::connect(o, error);
+    std::unique_ptr<client::Client> c;
+    UniqueFd fd;
+    std::int64_t setup = 0;
+    if (p.local.empty()) {
+        client::Options o;
+        o.target = p.target.target;
+        o.key_file = p.target.key_file;
+        std::string error;
+        c = client::Client::connect(o, error);
+        if (!c)
+            setup = -ENOTCONN;
+    } else {
+        fd.reset(::open(p.local.c_str(), O_RDWR | O_CLOEXEC));
+        if (!fd.valid())
+            setup = -errno;
+    }
+    Storage s(c.get(), p.file, fd.get());
     for (const bool writing : {true, false}) {
         char go = 0;
         if (!tools::read_all(go_fd, &go, 1))
             ::_exit(1);
         PhaseTimes t;
-        if (!c) {
-            t.error = -ENOTCONN;
+        if (setup != 0) {
+            t.error = setup;
         } else {
-            t = run_phase(*c, p, id, writing);
+            t = run_phase(s, p, id, writing);
         }
         if (!tools::write_all(result_fd, &t, sizeof t))
             ::_exit(1);
@@ -144,6 +233,7 @@ PhaseTimes run_phase(client::Client &c, const Plan &p, unsigned id, bool writing
 struct Phase {
     double seconds = 0;
     double mb_per_s = 0;
+    double ops_per_s = 0;
     std::int64_t error = 0;
 };
 
@@ -152,7 +242,8 @@ struct Phase {
 static int run(int argc, char **argv)
 {
     CLI::App app{"pvfs-bench: C clients write, then read back and check, contiguous regions of "
-                 "one shared file striped over S data servers; aggregate MB/s per phase"};
+                 "one shared file striped over S data servers; aggregate MB/s per phase "
+                 "(--local FILE: the same through POSIX calls on a local file or a mount)"};
     Plan plan;
     unsigned clients = 1;
     std::string region_text = "64MiB";
@@ -162,6 +253,7 @@ static int run(int argc, char **argv)
     std::string path = "/pvfs-bench.dat";
     bool json = false;
     bool keep = false;
+    bool drop = false;
     tools::add_target_options(app, plan.target);
     app.add_option("-C,--clients", clients, "client processes (default 1)")
         ->check(CLI::Range(1U, 256U));
@@ -170,6 +262,14 @@ static int run(int argc, char **argv)
     app.add_option("-n,--stripe-count", stripe_count, "data servers (default: the config's)");
     app.add_option("-S,--stripe-size", stripe_text, "stripe size (default: the config's)");
     app.add_option("-f,--file", path, "the shared file (default /pvfs-bench.dat; replaced)");
+    app.add_option("--local", plan.local,
+                   "a local file (replaced) instead of pvfs: pwrite/pread/fsync, e.g. on a "
+                   "kernel mount or tmpfs");
+    app.add_option("--random-reads", plan.random_reads,
+                   "the read phase: this many one-block reads at random block-aligned offsets "
+                   "of each client's region (default: read the region in order)");
+    app.add_flag("--drop-caches", drop,
+                 "empty the page cache (/proc/sys/vm/drop_caches, root) before the read phase");
     app.add_flag("--json", json, "print the result as JSON");
     app.add_flag("--keep", keep, "keep the file afterwards");
     CLI11_PARSE(app, argc, argv);
@@ -185,36 +285,56 @@ static int run(int argc, char **argv)
     plan.region = region.value;
     plan.block = static_cast<std::size_t>(block.value);
 
-    const auto c = tools::connect_or_exit("pvfs-bench", plan.target);
-    Layout layout = c->cluster().defaults.default_layout;
-    if (stripe_count != 0)
-        layout.stripe_count = stripe_count;
-    if (!stripe_text.empty()) {
-        const config::Quantity q = config::parse_size(stripe_text);
-        if (!q.ok() || q.value > UINT32_MAX) {
-            fmt::print(stderr, "pvfs-bench: --stripe-size {}: {}\n", stripe_text,
-                       q.ok() ? "too large" : q.error);
-            return tools::exit_usage;
-        }
-        layout.stripe_size = static_cast<std::uint32_t>(q.value);
-    }
+    std::unique_ptr<client::Client> c;
+    Layout layout;
     Attr parent;
     std::string name;
-    if (const int rc = tools::resolve_parent(*c, path, parent, name); rc != 0) {
-        tools::report("pvfs-bench", path, rc);
-        return tools::exit_failure;
+    if (plan.local.empty()) {
+        c = tools::connect_or_exit("pvfs-bench", plan.target);
+        layout = c->cluster().defaults.default_layout;
+        if (stripe_count != 0)
+            layout.stripe_count = stripe_count;
+        if (!stripe_text.empty()) {
+            const config::Quantity q = config::parse_size(stripe_text);
+            if (!q.ok() || q.value > UINT32_MAX) {
+                fmt::print(stderr, "pvfs-bench: --stripe-size {}: {}\n", stripe_text,
+                           q.ok() ? "too large" : q.error);
+                return tools::exit_usage;
+            }
+            layout.stripe_size = static_cast<std::uint32_t>(q.value);
+        }
+        if (const int rc = tools::resolve_parent(*c, path, parent, name); rc != 0) {
+            tools::report("pvfs-bench", path, rc);
+            return tools::exit_failure;
+        }
+        const int gone = c->unlink(parent.handle, name);
+        if (gone != 0 && gone != -ENOENT) {
+            tools::report("pvfs-bench", "removing the old " + path, gone);
+            return tools::exit_failure;
+        }
+        Attr file;
+        if (const int rc = c->create(parent.handle, name, 0644, true, layout, file); rc != 0) {
+            tools::report("pvfs-bench", "creating " + path, rc);
+            return tools::exit_failure;
+        }
+        plan.file = file.handle;
+    } else {
+        if (stripe_count != 0 || !stripe_text.empty()) {
+            fmt::print(stderr, "pvfs-bench: --stripe-count and --stripe-size are for pvfs, not "
+                               "--local\n");
+            return tools::exit_usage;
+        }
+        path = plan.local;
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+            tools::report("pvfs-bench", "removing the old " + path, -errno);
+            return tools::exit_failure;
+        }
+        const UniqueFd made(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+        if (!made.valid()) {
+            tools::report("pvfs-bench", "creating " + path, -errno);
+            return tools::exit_failure;
+        }
     }
-    const int gone = c->unlink(parent.handle, name);
-    if (gone != 0 && gone != -ENOENT) {
-        tools::report("pvfs-bench", "removing the old " + path, gone);
-        return tools::exit_failure;
-    }
-    Attr file;
-    if (const int rc = c->create(parent.handle, name, 0644, true, layout, file); rc != 0) {
-        tools::report("pvfs-bench", "creating " + path, rc);
-        return tools::exit_failure;
-    }
-    plan.file = file.handle;
 
     // Pipes: one "go" pipe per client, one shared result pipe (each report
     // is one write of a few bytes, so reports never interleave).
@@ -240,8 +360,22 @@ static int run(int argc, char **argv)
     }
     results_write.reset();
 
+    const std::uint64_t blocks_per_client = (plan.region + plan.block - 1) / plan.block;
+    const std::uint64_t read_block = std::min<std::uint64_t>(plan.block, plan.region);
+    const std::array<std::uint64_t, 2> ops{blocks_per_client * clients,
+                                           plan.random_reads != 0 ? plan.random_reads * clients
+                                                                  : blocks_per_client * clients};
+    const std::array<std::uint64_t, 2> bytes{
+        plan.region * clients,
+        plan.random_reads != 0 ? plan.random_reads * read_block * clients : plan.region * clients};
     std::array<Phase, 2> phases{};
     for (std::size_t ph = 0; ph < 2; ++ph) {
+        if (ph == 1 && drop && phases[0].error == 0) {
+            if (const std::int64_t rc = drop_caches(); rc != 0) {
+                tools::report("pvfs-bench", "--drop-caches", rc);
+                phases[1].error = rc;
+            }
+        }
         for (const UniqueFd &g : go_write) {
             const char go = 1;
             // A client that cannot be told to go reports no result: caught below.
@@ -262,27 +396,40 @@ static int run(int argc, char **argv)
         }
         Phase &p = phases.at(ph);
         p.seconds = static_cast<double>(last - first) / 1e9;
-        p.mb_per_s =
-            p.seconds > 0 ? static_cast<double>(plan.region * clients) / p.seconds / 1e6 : 0.0;
+        p.mb_per_s = p.seconds > 0 ? static_cast<double>(bytes.at(ph)) / p.seconds / 1e6 : 0.0;
+        p.ops_per_s = p.seconds > 0 ? static_cast<double>(ops.at(ph)) / p.seconds : 0.0;
     }
     go_write.clear();
     for (const pid_t pid : pids)
         ::waitpid(pid, nullptr, 0);
-    if (!keep)
-        static_cast<void>(c->unlink(parent.handle, name));
+    if (!keep) {
+        if (c)
+            static_cast<void>(c->unlink(parent.handle, name));
+        else
+            static_cast<void>(::unlink(path.c_str()));
+    }
 
-    const std::uint64_t bytes = plan.region * clients;
     auto error_of = [](std::int64_t e) {
         return e == 1 ? std::string("data read back differs") : client::error_text(e);
     };
     if (json) {
         nlohmann::json out{{"clients", clients},
-                           {"stripe_count", layout.stripe_count},
-                           {"stripe_size", layout.stripe_size},
-                           {"bytes", bytes}};
+                           {"target", c ? "pvfs" : "local"},
+                           {"block", plan.block},
+                           {"bytes", bytes[0]}};
+        if (c) {
+            out["stripe_count"] = layout.stripe_count;
+            out["stripe_size"] = layout.stripe_size;
+        }
         for (std::size_t ph = 0; ph < 2; ++ph) {
             const Phase &p = phases.at(ph);
-            nlohmann::json j{{"seconds", p.seconds}, {"mb_per_s", p.mb_per_s}};
+            nlohmann::json j{{"seconds", p.seconds},
+                             {"mb_per_s", p.mb_per_s},
+                             {"ops", ops.at(ph)},
+                             {"ops_per_s", p.ops_per_s},
+                             {"bytes", bytes.at(ph)}};
+            if (ph == 1)
+                j["pattern"] = plan.random_reads != 0 ? "random" : "sequential";
             if (p.error != 0)
                 j["error"] = error_of(p.error);
             out[ph == 0 ? "write" : "read"] = j;
@@ -291,14 +438,16 @@ static int run(int argc, char **argv)
     } else {
         for (std::size_t ph = 0; ph < 2; ++ph) {
             const Phase &p = phases.at(ph);
+            const std::string where =
+                c ? fmt::format("servers={}", layout.stripe_count) : "local=" + plan.local;
+            const char *what = ph == 0 ? "write" : (plan.random_reads != 0 ? "randread" : "read");
             if (p.error != 0) {
-                fmt::print("{} clients={} servers={}: FAILED: {}\n", ph == 0 ? "write" : "read",
-                           clients, layout.stripe_count, error_of(p.error));
+                fmt::print("{} clients={} {}: FAILED: {}\n", what, clients, where,
+                           error_of(p.error));
                 continue;
             }
-            fmt::print("{} clients={} servers={} bytes={} seconds={:.3f} MB/s={:.1f}\n",
-                       ph == 0 ? "write" : "read", clients, layout.stripe_count, bytes, p.seconds,
-                       p.mb_per_s);
+            fmt::print("{} clients={} {} bytes={} seconds={:.3f} MB/s={:.1f} ops/s={:.0f}\n", what,
+                       clients, where, bytes.at(ph), p.seconds, p.mb_per_s, p.ops_per_s);
         }
     }
     return phases[0].error != 0 || phases[1].error != 0 ? tools::exit_failure : 0;
