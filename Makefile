@@ -27,7 +27,7 @@ endif
 KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
 
 .PHONY: fuzz fuzz-build
-.PHONY: all configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net bench-fs
+.PHONY: all configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net bench-fs bench-kernel
 
 all: configure
 	@ninja -C $(BUILD)
@@ -92,13 +92,19 @@ dkms-install:
 
 # Benchmarks: each writes bench/results/<name>/ (data.csv, summary.md,
 # summary.json, plots).  QUICK=1 runs the short version used by make check.
-bench: bench-net bench-fs
+bench: bench-net bench-fs bench-kernel
 
 bench-net: all
 	@bench/net/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD)
 
 bench-fs: all
 	@bench/fs/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD)
+
+# In the QEMU guest rig (KERNEL=6.1 or 6.12), so pvfs.ko is built for every
+# installed kernel first.
+bench-kernel: all kmod-test
+	@bench/kernel/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD) --kmod $(KMOD_OUT) \
+		--kernel $(or $(KERNEL),6.1)
 
 clean:
 	rm -rf $(SRC)/build $(SRC)/build-san $(SRC)/build-fuzz
@@ -116,3 +122,5 @@ help:
 	@echo "make lint         clang-format and clang-tidy over user-space sources"
 	@echo "make dkms-install register kmod/ with DKMS for every installed kernel"
 	@echo "make bench-fs     file-system benchmark into bench/results/fs/ (QUICK=1: short run)"
+	@echo "make bench-kernel the mount vs the client library in the QEMU guest, into"
+	@echo "                  bench/results/kernel/ (QUICK=1: short run; KERNEL=6.12)"
