@@ -28,12 +28,6 @@
 /* ---- one READ or WRITE through a slot ---- */
 
 /*
- * READs and WRITEs one reader (readahead) or one writeback pass keeps in
- * flight, so that pvfsd works on several slots of a stream at once.
- */
-#define PVFS_IO_DEPTH 8
-
-/*
  * A READ or WRITE of up to a slot at @pos.  With @may_wait false it does not
  * wait for a free slot (ERR_PTR(-EAGAIN)): a caller that holds slots of ops
  * in flight must not sleep for another, or callers could hold every slot
@@ -130,67 +124,112 @@ static int pvfs_read_folio(struct file *file, struct folio *folio)
 	return err;
 }
 
-/* One READ of a readahead window. */
-struct pvfs_ra_req {
-	struct pvfs_op *op; /* or the ERR_PTR of why there is none */
+/*
+ * Readahead does not wait for its READs: each READ goes with the folios it
+ * fills (locked, referenced) to a work item that waits for the answer,
+ * fills them and unlocks them.  The reader returns as soon as the READs are
+ * sent, so the next window's READs go out while it copies this one's data:
+ * a sequential reader keeps pvfsd busy.  A work item waits at most the
+ * mount's grace time (ops fail with EIO when it ends); a folio left not up
+ * to date is read again through read_folio, which reports the error.
+ */
+static struct workqueue_struct *pvfs_ra_wq;
+
+struct pvfs_ra_read {
+	struct work_struct work;
+	struct pvfs_op *op;
 	loff_t start;
-	size_t want;
+	unsigned int nr;
+	struct folio *folios[];
 };
+
+static void pvfs_ra_read_end(struct work_struct *work)
+{
+	struct pvfs_ra_read *rd = container_of(work, struct pvfs_ra_read, work);
+	ssize_t done = pvfs_io_wait(rd->op);
+	const char *src = pvfs_op_slot_addr(rd->op);
+	unsigned int i;
+
+	for (i = 0; i < rd->nr && done >= 0; i++) {
+		struct folio *folio = rd->folios[i];
+		loff_t off = folio_pos(folio) - rd->start;
+
+		pvfs_fill_folio(folio, src + off, done > off ? done - off : 0);
+		folio_mark_uptodate(folio);
+	}
+	/* the op first: once the folios are unlocked, umount may go on */
+	pvfs_op_put(rd->op);
+	for (i = 0; i < rd->nr; i++) {
+		folio_unlock(rd->folios[i]);
+		folio_put(rd->folios[i]);
+	}
+	kfree(rd);
+}
 
 static void pvfs_readahead(struct readahead_control *rac)
 {
 	struct inode *inode = rac->mapping->host;
-	struct pvfs_ra_req reqs[PVFS_IO_DEPTH];
+	size_t max_folios = pvfs_slot_size() >> PAGE_SHIFT;
+	/*
+	 * Where the next READ starts, kept here: readahead_count() still counts
+	 * the folio readahead_folio() returned last until the next call.
+	 */
+	loff_t pos = readahead_pos(rac);
+	size_t left = readahead_length(rac);
+	struct pvfs_ra_read *rd;
+	struct pvfs_op *op;
 	struct folio *folio;
-	unsigned int n, i;
+	size_t want, got;
 
-	while (readahead_count(rac)) {
-		loff_t pos = readahead_pos(rac);
-		size_t left = readahead_length(rac);
-
-		/* send up to PVFS_IO_DEPTH READs, then take their answers in order */
-		for (n = 0; n < PVFS_IO_DEPTH && left; n++) {
-			size_t want = min_t(size_t, left, pvfs_slot_size());
-			struct pvfs_op *op = pvfs_io_op(inode, PVFSD_OP_READ, pos, want, n == 0);
-			int err;
-
-			if (n > 0 && op == ERR_PTR(-EAGAIN))
+	while (left) {
+		rd = kmalloc(struct_size(rd, folios, max_folios), GFP_NOFS);
+		if (!rd)
+			return; /* the caller drops the folios left */
+		op = pvfs_io_op(inode, PVFSD_OP_READ, pos, min_t(size_t, left, pvfs_slot_size()),
+				true);
+		if (IS_ERR(op)) {
+			kfree(rd);
+			return;
+		}
+		want = pvfs_io_len(op);
+		rd->op = op;
+		rd->start = pos;
+		rd->nr = 0;
+		/* the folios of [pos, pos + want): pages, the mapping has no large folios */
+		for (got = 0; got < want && rd->nr < max_folios; got += folio_size(folio)) {
+			folio = readahead_folio(rac);
+			if (!folio)
 				break;
-			if (!IS_ERR(op)) {
-				want = pvfs_io_len(op);
-				err = pvfs_op_start(op);
-				if (err) {
-					pvfs_op_put(op);
-					op = ERR_PTR(err);
-				}
-			}
-			reqs[n].op = op;
-			reqs[n].start = pos;
-			reqs[n].want = want;
-			pos += want;
-			left -= min(left, want);
+			folio_get(folio);
+			rd->folios[rd->nr++] = folio;
 		}
-		for (i = 0; i < n; i++) {
-			struct pvfs_op *op = reqs[i].op;
-			ssize_t done = IS_ERR(op) ? PTR_ERR(op) : pvfs_io_wait(op);
-			const char *src = IS_ERR(op) ? NULL : pvfs_op_slot_addr(op);
-
-			/* the folios this request covers, in order */
-			while ((folio = readahead_folio(rac)) != NULL) {
-				loff_t off = folio_pos(folio) - reqs[i].start;
-
-				if (done >= 0) {
-					pvfs_fill_folio(folio, src + off,
-							done > off ? done - off : 0);
-					folio_mark_uptodate(folio);
-				}
-				folio_unlock(folio);
-				if (off + folio_size(folio) >= reqs[i].want)
-					break;
-			}
+		pos += want;
+		left -= min(left, want);
+		if (pvfs_op_start(op)) {
+			/* never sent: the reader reads these through read_folio */
 			pvfs_op_put(op);
+			while (rd->nr) {
+				folio = rd->folios[--rd->nr];
+				folio_unlock(folio);
+				folio_put(folio);
+			}
+			kfree(rd);
+			return;
 		}
+		INIT_WORK(&rd->work, pvfs_ra_read_end);
+		queue_work(pvfs_ra_wq, &rd->work);
 	}
+}
+
+int pvfs_file_init(void)
+{
+	pvfs_ra_wq = alloc_workqueue("pvfs_readahead", WQ_UNBOUND, 0);
+	return pvfs_ra_wq ? 0 : -ENOMEM;
+}
+
+void pvfs_file_exit(void)
+{
+	destroy_workqueue(pvfs_ra_wq);
 }
 
 /* ---- writing through the page cache ---- */

@@ -19,9 +19,13 @@ static int __init pvfs_init(void)
 	if (err)
 		return err;
 
-	err = pvfs_dev_init();
+	err = pvfs_file_init();
 	if (err)
 		goto out_inodes;
+
+	err = pvfs_dev_init();
+	if (err)
+		goto out_file;
 
 	err = pvfs_fs_init();
 	if (err)
@@ -32,6 +36,8 @@ static int __init pvfs_init(void)
 
 out_dev:
 	pvfs_dev_exit();
+out_file:
+	pvfs_file_exit();
 out_inodes:
 	pvfs_inode_cache_exit();
 	return err;
@@ -41,6 +47,7 @@ static void __exit pvfs_exit(void)
 {
 	pvfs_fs_exit();
 	pvfs_dev_exit();
+	pvfs_file_exit();
 	pvfs_inode_cache_exit();
 	pr_info("unloaded\n");
 }

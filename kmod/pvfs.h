@@ -132,6 +132,17 @@ void *pvfs_op_slot_addr(const struct pvfs_op *op);
 /* Bytes per slot (0 before any daemon said HELLO). */
 size_t pvfs_slot_size(void);
 
+/*
+ * READs and WRITEs one reader (readahead) or one writeback pass keeps in
+ * flight, so that pvfsd works on several slots of a stream at once.
+ */
+#define PVFS_IO_DEPTH 8
+/* slots of readahead: a sequential reader keeps this many READs going */
+#define PVFS_RA_SLOTS 4
+/* the readahead workqueue (file.c) */
+int pvfs_file_init(void);
+void pvfs_file_exit(void);
+
 /* Drops the caller's reference (NULL and ERR_PTR are ignored). */
 void pvfs_op_put(struct pvfs_op *op);
 
@@ -142,6 +153,12 @@ struct pvfs_inode_info {
 	u64 handle;
 	u32 blksize;		 /* the file's stripe size */
 	unsigned long attr_time; /* jiffies of the last fresh attributes; 0: stale */
+	/*
+	 * jiffies of the last fresh mode and owner: what permission() needs.
+	 * Not reset by pvfs_attr_stale(): our own creates, removes, renames and
+	 * writes change times, sizes and link counts, never these.
+	 */
+	unsigned long perm_time;
 };
 
 static inline struct pvfs_inode_info *PVFS_I(struct inode *inode)
@@ -165,7 +182,10 @@ struct inode *pvfs_iget(struct super_block *sb, const struct pvfsd_attr *attr);
 void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr);
 /* GETATTR unless the cached attributes are young enough (or @force). */
 int pvfs_revalidate(struct inode *inode, bool force);
-/* The attributes changed on the server (we changed them): ask next time. */
+/*
+ * The attributes changed on the server (we changed them): ask next time.
+ * The mode and owner stay trusted (see perm_time).
+ */
 static inline void pvfs_attr_stale(struct inode *inode)
 {
 	PVFS_I(inode)->attr_time = 0;

@@ -277,13 +277,16 @@ static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 	if (sbi->opts.sync)
 		sb->s_flags |= SB_SYNCHRONOUS;
 
-	/* a bdi of its own: writeback, and readahead as large as a slot */
+	/*
+	 * A bdi of its own: writeback, and readahead of PVFS_RA_SLOTS slots, so
+	 * that a sequential reader has several slot-sized READs in flight.
+	 */
 	err = super_setup_bdi(sb);
 	if (err)
 		return err;
 	if (pvfs_slot_size()) {
-		sb->s_bdi->ra_pages = pvfs_slot_size() >> PAGE_SHIFT;
-		sb->s_bdi->io_pages = sb->s_bdi->ra_pages;
+		sb->s_bdi->ra_pages = (pvfs_slot_size() >> PAGE_SHIFT) * PVFS_RA_SLOTS;
+		sb->s_bdi->io_pages = pvfs_slot_size() >> PAGE_SHIFT;
 	}
 
 	err = pvfs_mount_register(sbi);
