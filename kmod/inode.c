@@ -51,6 +51,7 @@ struct inode *pvfs_alloc_inode(struct super_block *sb)
 	pi->handle = 0;
 	pi->blksize = 0;
 	pi->attr_time = 0;
+	pi->perm_time = 0;
 	return &pi->vfs_inode;
 }
 
@@ -113,6 +114,7 @@ void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr)
 	pvfs_set_inode_times(inode, pvfs_ts(&attr->atime), mtime, pvfs_ts(&attr->ctime));
 	pi->blksize = attr->blksize;
 	pi->attr_time = jiffies;
+	pi->perm_time = pi->attr_time;
 
 	if (!S_ISREG(inode->i_mode)) {
 		i_size_write(inode, attr->size);
@@ -262,7 +264,12 @@ int pvfs_permission(PVFS_IDMAP_T *idmap, struct inode *inode, int mask)
 	struct pvfs_inode_info *pi = PVFS_I(inode);
 	int err;
 
-	if (!pi->attr_time || time_after_eq(jiffies, pi->attr_time + pvfs_attr_timeout(inode))) {
+	/*
+	 * Only read, write and execute depend on the mode; a check without them
+	 * (MAY_OPEN of a file just created, with noac) needs no GETATTR.
+	 */
+	if ((mask & (MAY_READ | MAY_WRITE | MAY_EXEC)) &&
+	    (!pi->perm_time || time_after_eq(jiffies, pi->perm_time + pvfs_attr_timeout(inode)))) {
 		if (mask & MAY_NOT_BLOCK)
 			return -ECHILD;
 		err = pvfs_revalidate(inode, false);

@@ -116,14 +116,18 @@ static int pvfs_instantiate(struct inode *dir, struct dentry *dentry, const stru
 
 	if (IS_ERR(inode))
 		return PTR_ERR(inode);
-	d_instantiate(dentry, inode);
+	if (d_in_lookup(dentry))
+		d_add(dentry, inode); /* an exclusive create without a LOOKUP: hash it too */
+	else
+		d_instantiate(dentry, inode);
 	pvfs_dentry_fresh(dentry);
 	pvfs_attr_stale(dir);
 	return 0;
 }
 
-static int pvfs_create(PVFS_IDMAP_T *idmap, struct inode *dir, struct dentry *dentry, umode_t mode,
-		       bool excl)
+/* CREATE of @dentry in @dir; *@created: this request made the file. */
+static int pvfs_create_file(struct inode *dir, struct dentry *dentry, umode_t mode, bool excl,
+			    bool *created)
 {
 	const struct pvfsd_create_resp *resp;
 	struct pvfsd_create_req *req;
@@ -145,9 +149,57 @@ static int pvfs_create(PVFS_IDMAP_T *idmap, struct inode *dir, struct dentry *de
 	err = pvfs_op_run(op);
 	if (!err) {
 		resp = pvfs_op_resp(op);
+		*created = resp->created;
 		err = pvfs_instantiate(dir, dentry, &resp->attr);
 	}
 	pvfs_op_put(op);
+	return err;
+}
+
+static int pvfs_create(PVFS_IDMAP_T *idmap, struct inode *dir, struct dentry *dentry, umode_t mode,
+		       bool excl)
+{
+	bool created;
+
+	return pvfs_create_file(dir, dentry, mode, excl, &created);
+}
+
+/*
+ * open(O_CREAT) of a name not in the cache, or cached as absent.  An
+ * exclusive create needs no LOOKUP first: the server refuses a name that
+ * exists (EEXIST), so CREATE is the one request, and the file it made is
+ * opened with the attributes CREATE returned (they are fresh: no GETATTR).
+ * Other opens look the name up as usual; a name found absent is created,
+ * and a file that existed after all is left to the usual open (permission
+ * checks, O_TRUNC, close-to-open revalidation).
+ */
+static int pvfs_atomic_open(struct inode *dir, struct dentry *dentry, struct file *file,
+			    unsigned int open_flags, umode_t mode)
+{
+	bool excl = (open_flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL);
+	struct dentry *found = NULL;
+	bool created = false;
+	int err;
+
+	if (d_in_lookup(dentry) && !excl) {
+		found = pvfs_lookup(dir, dentry, 0);
+		if (IS_ERR(found))
+			return PTR_ERR(found);
+		if (found)
+			dentry = found;
+	}
+	if (!(open_flags & O_CREAT) || d_really_is_positive(dentry))
+		return finish_no_open(file, found);
+
+	err = pvfs_create_file(dir, dentry, mode, excl, &created);
+	if (err || !created) {
+		if (err)
+			dput(found);
+		return err ? err : finish_no_open(file, found);
+	}
+	file->f_mode |= FMODE_CREATED;
+	err = finish_open(file, dentry, generic_file_open);
+	dput(found);
 	return err;
 }
 
@@ -384,6 +436,7 @@ static const char *pvfs_get_link(struct dentry *dentry, struct inode *inode,
 const struct inode_operations pvfs_dir_iops = {
 	.lookup = pvfs_lookup,
 	.create = pvfs_create,
+	.atomic_open = pvfs_atomic_open,
 	.mkdir = pvfs_mkdir,
 	.mknod = pvfs_mknod,
 	.symlink = pvfs_symlink,
