@@ -190,6 +190,12 @@ int run(const Settings &s)
     auto answer = [&] {
         for (const auto &reply : handler.take_finished()) {
             int err = 0;
+            if (gossip::enabled(gossip::Mask::dev)) {
+                pvfsd_msg_hdr h{};
+                std::memcpy(&h, reply.data(), std::min(sizeof h, reply.size()));
+                gossip::debug(gossip::Mask::dev, "answer to {} tag {}", pvfs::pvfsd::op_name(h.op),
+                              h.tag);
+            }
             if (!write_all(dev.get(), reply, err)) {
                 pvfsd_msg_hdr h{};
                 std::memcpy(&h, reply.data(), std::min(sizeof h, reply.size()));
