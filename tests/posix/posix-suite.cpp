@@ -145,6 +145,32 @@ void open_flags(const Context &c)
     expect_rc(::symlink("f", c.p("l").c_str()), 0, "symlink");
     UniqueFd n(::open(c.p("l").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     expect_rc(n.valid() ? 0 : -1, ELOOP, "O_NOFOLLOW on a symlink");
+    // O_EXCL never follows or reuses what is there (the kernel sends one
+    // CREATE without a LOOKUP: the server must refuse every kind of name)
+    expect_rc(::symlink("nowhere", c.p("dangling").c_str()), 0, "symlink to nothing");
+    expect_rc(::mkdir(c.p("sub").c_str(), 0755), 0, "mkdir");
+    for (const char *name : {"l", "dangling", "sub"}) {
+        UniqueFd e(::open(c.p(name).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644));
+        expect_rc(e.valid() ? 0 : -1, EEXIST, std::string("O_CREAT|O_EXCL of ") + name);
+    }
+    struct stat target {};
+    expect(::lstat(c.p("nowhere").c_str(), &target) != 0, "O_EXCL created the dangling target");
+    // a name created with O_EXCL is an ordinary entry at once
+    const mode_t old_mask = ::umask(022);
+    UniqueFd g(::open(c.p("g").c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0640));
+    ::umask(old_mask);
+    expect(g.valid() && ::write(g.get(), "xy", 2) == 2, "O_EXCL create and write");
+    g = UniqueFd();
+    const struct stat gs = stat_of(c.p("g"));
+    expect(S_ISREG(gs.st_mode) && (gs.st_mode & 07777) == 0640 && gs.st_size == 2,
+           "stat of the O_EXCL file");
+    // O_CREAT without O_EXCL of an existing file opens it (and O_TRUNC empties it)
+    write_file(f, "0123456789");
+    const mode_t f_mode = stat_of(f).st_mode & 07777;
+    UniqueFd ct(::open(f.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600));
+    expect(ct.valid() && stat_of(f).st_size == 0, "O_CREAT|O_TRUNC of an existing file");
+    expect((stat_of(f).st_mode & 07777) == f_mode, "O_CREAT of an existing file keeps its mode");
+    ct = UniqueFd();
     // O_APPEND from two descriptors: nothing overwritten
     UniqueFd x(::open(f.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
     UniqueFd y(::open(f.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
