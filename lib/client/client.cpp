@@ -228,6 +228,7 @@ struct Client::Impl {
         if (const int rc = size_requests(h, layout, rpcs); rc != 0)
             co_return rc;
         std::vector<Rpc *> ptrs;
+        ptrs.reserve(rpcs.size());
         for (Rpc &r : rpcs)
             ptrs.push_back(&r);
         co_await run(ptrs);
@@ -1086,6 +1087,7 @@ Task<std::int64_t> Client::co_read(Handle handle, std::uint64_t offset, std::spa
         co_return rc;
     // The sizes first: a server's queue sends them before its reads.
     std::vector<Rpc *> ptrs;
+    ptrs.reserve(sizes.size() + reads.size());
     for (Rpc &r : sizes)
         ptrs.push_back(&r);
     for (auto &r : reads)
