@@ -12,6 +12,7 @@
 #include <linux/refcount.h>
 #include <linux/spinlock.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #include "pvfs.h"
 
@@ -51,6 +52,11 @@ struct pvfs_op {
 	size_t resp_max; /* downcall body bytes accepted */
 	void *down;	 /* the downcall body, kvmalloc'd */
 	size_t down_len;
+
+	/* pvfs_op_start_async: called once when the op ends, instead of done */
+	void (*end)(struct pvfs_op *op);
+	void *end_data;
+	struct work_struct end_work; /* runs end when the op fails */
 };
 
 struct pvfs_chan {

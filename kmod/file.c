@@ -125,31 +125,30 @@ static int pvfs_read_folio(struct file *file, struct folio *folio)
 }
 
 /*
- * Readahead does not wait for its READs: each READ goes with the folios it
- * fills (locked, referenced) to a work item that waits for the answer,
- * fills them and unlocks them.  The reader returns as soon as the READs are
- * sent, so the next window's READs go out while it copies this one's data:
- * a sequential reader keeps pvfsd busy.  A work item waits at most the
- * mount's grace time (ops fail with EIO when it ends); a folio left not up
- * to date is read again through read_folio, which reports the error.
+ * Readahead does not wait for its READs: each READ carries the folios it
+ * fills (locked, referenced), and its end fills them from the slot and
+ * unlocks them, in pvfsd's write() of the answer (no thread waits per READ).
+ * The reader returns as soon as the READs are sent, so the next window's
+ * READs go out while it copies this one's data: a sequential reader keeps
+ * pvfsd busy.  A READ that fails (grace time over, umount -f) leaves its
+ * folios not up to date; the reader reads them again through read_folio,
+ * which reports the error.
  */
-static struct workqueue_struct *pvfs_ra_wq;
-
 struct pvfs_ra_read {
-	struct work_struct work;
-	struct pvfs_op *op;
 	loff_t start;
 	unsigned int nr;
 	struct folio *folios[];
 };
 
-static void pvfs_ra_read_end(struct work_struct *work)
+static void pvfs_ra_read_end(struct pvfs_op *op)
 {
-	struct pvfs_ra_read *rd = container_of(work, struct pvfs_ra_read, work);
-	ssize_t done = pvfs_io_wait(rd->op);
-	const char *src = pvfs_op_slot_addr(rd->op);
+	struct pvfs_ra_read *rd = pvfs_op_end_data(op);
+	ssize_t done = pvfs_op_status(op);
+	const char *src = pvfs_op_slot_addr(op);
 	unsigned int i;
 
+	if (!done)
+		done = ((const struct pvfsd_io_resp *)pvfs_op_resp(op))->done;
 	for (i = 0; i < rd->nr && done >= 0; i++) {
 		struct folio *folio = rd->folios[i];
 		loff_t off = folio_pos(folio) - rd->start;
@@ -158,7 +157,7 @@ static void pvfs_ra_read_end(struct work_struct *work)
 		folio_mark_uptodate(folio);
 	}
 	/* the op first: once the folios are unlocked, umount may go on */
-	pvfs_op_put(rd->op);
+	pvfs_op_put(op);
 	for (i = 0; i < rd->nr; i++) {
 		folio_unlock(rd->folios[i]);
 		folio_put(rd->folios[i]);
@@ -192,7 +191,6 @@ static void pvfs_readahead(struct readahead_control *rac)
 			return;
 		}
 		want = pvfs_io_len(op);
-		rd->op = op;
 		rd->start = pos;
 		rd->nr = 0;
 		/* the folios of [pos, pos + want): pages, the mapping has no large folios */
@@ -205,7 +203,7 @@ static void pvfs_readahead(struct readahead_control *rac)
 		}
 		pos += want;
 		left -= min(left, want);
-		if (pvfs_op_start(op)) {
+		if (pvfs_op_start_async(op, pvfs_ra_read_end, rd)) {
 			/* never sent: the reader reads these through read_folio */
 			pvfs_op_put(op);
 			while (rd->nr) {
@@ -216,20 +214,7 @@ static void pvfs_readahead(struct readahead_control *rac)
 			kfree(rd);
 			return;
 		}
-		INIT_WORK(&rd->work, pvfs_ra_read_end);
-		queue_work(pvfs_ra_wq, &rd->work);
 	}
-}
-
-int pvfs_file_init(void)
-{
-	pvfs_ra_wq = alloc_workqueue("pvfs_readahead", WQ_UNBOUND, 0);
-	return pvfs_ra_wq ? 0 : -ENOMEM;
-}
-
-void pvfs_file_exit(void)
-{
-	destroy_workqueue(pvfs_ra_wq);
 }
 
 /* ---- writing through the page cache ---- */

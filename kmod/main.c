@@ -19,7 +19,7 @@ static int __init pvfs_init(void)
 	if (err)
 		return err;
 
-	err = pvfs_file_init();
+	err = pvfs_op_init();
 	if (err)
 		goto out_inodes;
 
@@ -37,7 +37,7 @@ static int __init pvfs_init(void)
 out_dev:
 	pvfs_dev_exit();
 out_file:
-	pvfs_file_exit();
+	pvfs_op_exit();
 out_inodes:
 	pvfs_inode_cache_exit();
 	return err;
@@ -47,7 +47,7 @@ static void __exit pvfs_exit(void)
 {
 	pvfs_fs_exit();
 	pvfs_dev_exit();
-	pvfs_file_exit();
+	pvfs_op_exit();
 	pvfs_inode_cache_exit();
 	pr_info("unloaded\n");
 }

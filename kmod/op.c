@@ -38,6 +38,9 @@ struct pvfs_chan pvfs_chan = {
 
 static DEFINE_MUTEX(pvfs_mounts_mutex);
 
+/* runs the end of async ops that fail (their answers end them in place) */
+static struct workqueue_struct *pvfs_end_wq;
+
 static unsigned int max_slot_mib = 256;
 module_param(max_slot_mib, uint, 0444);
 MODULE_PARM_DESC(max_slot_mib, "Most MiB of data slots shared with pvfsd (default 256)");
@@ -197,6 +200,41 @@ int pvfs_op_start(struct pvfs_op *op)
 	return 0;
 }
 
+int pvfs_op_start_async(struct pvfs_op *op, void (*end)(struct pvfs_op *op), void *data)
+{
+	op->end = end;
+	op->end_data = data;
+	return pvfs_op_start(op);
+}
+
+int pvfs_op_status(const struct pvfs_op *op)
+{
+	return op->status;
+}
+
+void *pvfs_op_end_data(const struct pvfs_op *op)
+{
+	return op->end_data;
+}
+
+static void pvfs_op_end_work(struct work_struct *work)
+{
+	struct pvfs_op *op = container_of(work, struct pvfs_op, end_work);
+
+	op->end(op);
+}
+
+int pvfs_op_init(void)
+{
+	pvfs_end_wq = alloc_workqueue("pvfs_end", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+	return pvfs_end_wq ? 0 : -ENOMEM;
+}
+
+void pvfs_op_exit(void)
+{
+	destroy_workqueue(pvfs_end_wq);
+}
+
 int pvfs_op_run(struct pvfs_op *op)
 {
 	int err = pvfs_op_start(op);
@@ -285,7 +323,7 @@ static void pvfs_mount_attached_locked(u64 mount_id)
 
 void pvfs_chan_answer(struct pvfs_op *op, int status, void *down, size_t down_len)
 {
-	bool drop = false;
+	bool drop = false, end = false;
 
 	spin_lock(&pvfs_chan.lock);
 	if (op->state != PVFS_OP_SENT && op->state != PVFS_OP_ABANDONED) {
@@ -307,13 +345,18 @@ void pvfs_chan_answer(struct pvfs_op *op, int status, void *down, size_t down_le
 		op->status = status;
 		down = NULL;
 		op->state = PVFS_OP_DONE;
-		complete(&op->done);
+		if (op->end)
+			end = true;
+		else
+			complete(&op->done);
 	} else {
 		op->state = PVFS_OP_DONE;
 	}
 	drop = true;
 	spin_unlock(&pvfs_chan.lock);
 	kvfree(down);
+	if (end)
+		op->end(op); /* the caller's reference goes with it */
 	if (drop)
 		pvfs_op_put(op); /* the channel's reference */
 }
@@ -330,7 +373,13 @@ static void pvfs_fail_locked(struct pvfs_op *op, int status, struct list_head *t
 		/* the daemon may still fill its slot: keep it until it answers */
 		op->state = PVFS_OP_ABANDONED;
 	}
-	complete(&op->done);
+	if (op->end) {
+		/* not under the lock: the end puts the op */
+		INIT_WORK(&op->end_work, pvfs_op_end_work);
+		queue_work(pvfs_end_wq, &op->end_work);
+	} else {
+		complete(&op->done);
+	}
 }
 
 static void pvfs_put_list(struct list_head *list)

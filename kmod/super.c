@@ -278,14 +278,27 @@ static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 		sb->s_flags |= SB_SYNCHRONOUS;
 
 	/*
-	 * A bdi of its own: writeback, and readahead of PVFS_RA_SLOTS slots, so
-	 * that a sequential reader has several slot-sized READs in flight.
+	 * A bdi of its own: writeback, and readahead of PVFS_RA_BYTES, so that
+	 * a sequential reader has several slot-sized READs in flight.
 	 */
 	err = super_setup_bdi(sb);
 	if (err)
 		return err;
+	/*
+	 * Writeback from the first MiBs of a file on: the writer's copies into
+	 * the page cache overlap the WRITEs of what it wrote before, instead of
+	 * the whole file going out at fsync or close (the global dirty limits
+	 * are far above most files).  strictlimit makes the mount's own share
+	 * of the dirty limit count, as FUSE does; admins tune the share in
+	 * /sys/class/bdi/pvfs-N/max_ratio.  bench-kernel: 1 MiB writes of a
+	 * 256 MiB file went from about 80 to 105 MB/s at 10%.
+	 */
+	sb->s_bdi->capabilities |= BDI_CAP_STRICTLIMIT;
+	err = bdi_set_max_ratio(sb->s_bdi, PVFS_DIRTY_RATIO);
+	if (err)
+		return err;
 	if (pvfs_slot_size()) {
-		sb->s_bdi->ra_pages = (pvfs_slot_size() >> PAGE_SHIFT) * PVFS_RA_SLOTS;
+		sb->s_bdi->ra_pages = max_t(size_t, PVFS_RA_BYTES, pvfs_slot_size()) >> PAGE_SHIFT;
 		sb->s_bdi->io_pages = pvfs_slot_size() >> PAGE_SHIFT;
 	}
 
