@@ -134,7 +134,9 @@ private:
     std::shared_ptr<UnexpectedPool> pool_;
 };
 
-// Memory from memalloc: suitable for the method (registered for IB).
+// Memory from memalloc: suitable for every method (registered with the
+// InfiniBand devices when the ib method is in use, so transfers from and
+// into it need no registration of their own).  Move-only.
 class Memory {
 public:
     Memory() = default;
@@ -143,11 +145,15 @@ public:
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
 private:
+    friend class Core;
     struct Free {
         void operator()(std::byte *p) const noexcept;
     };
     std::unique_ptr<std::byte, Free> bytes_;
     std::size_t size_ = 0;
+    // The methods' registrations of bytes_; declared after it, so released
+    // before the memory is freed.
+    std::shared_ptr<void> keep_;
 };
 
 class Core;

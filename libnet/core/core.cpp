@@ -2,6 +2,7 @@
 // idle deadlines and the unexpected queue.  Methods do the I/O.
 #include "core.hpp"
 
+#include "../methods/ib/ib.hpp"
 #include "../methods/tcp/tcp.hpp"
 #include "pvfs/gossip.hpp"
 
@@ -180,7 +181,13 @@ Core::Core(const Options &options)
     }();
     (void)env_read;
     apply_spin_env();
+    // tcp first: it is the method that sleeps (see progress()).
     methods_.push_back(tcp::make_method(*this, options.tcp_engine));
+    methods_.push_back(ib::make_method(*this));
+    unexpected_pool->on_release = [this](Addr a) {
+        if (a != no_addr && a <= addrs_.size())
+            addrs_[a - 1].method->unexpected_released(a);
+    };
     contexts_.emplace_back(); // context 0 is never handed out
     for (const std::string &url : options.listen) {
         const auto sep = url.find("://");
@@ -202,8 +209,10 @@ Core::Core(const Options &options)
 
 Core::~Core()
 {
-    // Methods go first: they may still complete ops while closing.
-    methods_.clear();
+    // Methods go first: they may still complete ops while closing.  The
+    // last first: the others' fds are watched by the first (tcp).
+    while (!methods_.empty())
+        methods_.pop_back();
     unexpected_pool->on_release = nullptr;
 }
 
@@ -287,6 +296,7 @@ void Core::complete(std::uint32_t i, int error, std::size_t actual)
     }
     contexts_[op.ctx].done.push_back(ops, i);
     op.in_done_list = true;
+    ++events_;
 }
 
 Completion Core::reap(std::uint32_t i)
@@ -300,6 +310,7 @@ Completion Core::reap(std::uint32_t i)
 void Core::deliver_unexpected(UnexpectedMessage msg)
 {
     unexpected_.push_back(std::move(msg));
+    ++events_;
 }
 
 Addr Core::peer_for_url(Method &method, const std::string &url)
@@ -338,7 +349,7 @@ void Core::close_context(ContextId ctx)
         return;
     for (std::uint32_t i = 0; i < ops.size(); ++i) {
         if (ops[i].state == OpState::active && ops[i].ctx == ctx)
-            method_of(i).cancel(i, -ECANCELED);
+            method_of(i).cancel(i, -ECANCELED, true);
     }
     while (!contexts_[ctx].done.empty())
         release_op(contexts_[ctx].done.front());
@@ -475,7 +486,7 @@ void Core::expire_idle_ops()
             continue;
         }
         ops[i].in_timeout_list = false;
-        method_of(i).cancel(i, -ETIMEDOUT);
+        method_of(i).cancel(i, -ETIMEDOUT, true);
         if (ops[i].state == OpState::active) // a method that could not end it now
             complete(i, -ETIMEDOUT, ops[i].done_bytes);
     }
@@ -506,11 +517,41 @@ int Core::unwatch_fd(int fd)
     return methods_.front()->unwatch_external(fd);
 }
 
+int Core::watch_internal(int fd)
+{
+    return methods_.front()->watch_internal(fd);
+}
+
+int Core::unwatch_internal(int fd)
+{
+    return methods_.front()->unwatch_internal(fd);
+}
+
+// Only the first method sleeps: the others are polled first and their fds
+// sit in its sleep (watch_internal), so a completion on any of them ends
+// the wait and the next round polls them again.
 void Core::progress(int timeout_ms)
 {
-    for (auto &m : methods_)
-        m->progress(methods_.size() == 1 ? timeout_ms : 0);
+    const std::uint64_t before = events_;
+    for (std::size_t m = 1; m < methods_.size(); ++m)
+        methods_[m]->progress(0);
+    if (events_ != before || external_ready)
+        timeout_ms = 0;
+    methods_.front()->progress(timeout_ms);
     expire_idle_ops();
+}
+
+Memory Core::memalloc(std::size_t size)
+{
+    Memory mem(size);
+    std::vector<std::shared_ptr<void>> regs;
+    for (auto &m : methods_) {
+        if (auto r = m->register_memory(mem.data(), mem.size()))
+            regs.push_back(std::move(r));
+    }
+    if (!regs.empty())
+        mem.keep_ = std::make_shared<std::vector<std::shared_ptr<void>>>(std::move(regs));
+    return mem;
 }
 
 bool Core::test(OpId id, Completion &out, int max_idle_ms)
@@ -620,7 +661,7 @@ int Core::cancel(OpId id)
     if (i == no_index)
         return -EINVAL;
     if (ops[i].state == OpState::active)
-        method_of(i).cancel(i, -ECANCELED);
+        method_of(i).cancel(i, -ECANCELED, false);
     return 0;
 }
 
@@ -844,7 +885,7 @@ int Bmi::cancel(OpId op)
 // NOLINTNEXTLINE(readability-convert-member-functions-to-static)
 Memory Bmi::memalloc(Addr /*peer*/, std::size_t size) const
 {
-    return Memory(size);
+    return core_->memalloc(size);
 }
 
 int Bmi::watch_fd(int fd)

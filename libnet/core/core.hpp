@@ -6,6 +6,7 @@
 #include "bmi/bmi.hpp"
 #include "ring.hpp"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -101,8 +102,11 @@ public:
     // Takes a newly posted op.  Returns true when it finished at once (the
     // op's error/actual are set); else the method completes it later.
     virtual bool post(std::uint32_t op_index) = 0;
-    // Ends the op with -ECANCELED if it has not finished.
-    virtual void cancel(std::uint32_t op_index, int error) = 0;
+    // Ends the op with error if it has not finished.  must_end: it has to
+    // end now (its context closes, it timed out); otherwise a method whose
+    // transfer cannot be stopped at once (an RDMA in flight into or out of
+    // the op's memory) may end it later, once the memory is no longer used.
+    virtual void cancel(std::uint32_t op_index, int error, bool must_end) = 0;
     // Moves bytes; sleeps at most timeout_ms when there is nothing to do.
     virtual void progress(int timeout_ms) = 0;
     virtual void drop_peer(Addr addr, int error) = 0;
@@ -118,6 +122,20 @@ public:
     // is readable the method sets Core::external_ready.
     virtual int watch_external(int fd) = 0;
     virtual int unwatch_external(int fd) = 0;
+    // Another method's fd (its event channels): when it is readable the
+    // sleep ends, with nothing else done.  Only the first method sleeps
+    // (Core::progress), so only it must implement these.
+    virtual int watch_internal(int /*fd*/) { return -ENOTSUP; }
+    virtual int unwatch_internal(int /*fd*/) { return -ENOTSUP; }
+    // The unexpected-message budget of addr has room again.
+    virtual void unexpected_released(Addr /*addr*/) {}
+    // Registers [data, data + size) for the method's transfers (memalloc);
+    // the registration lasts as long as the returned handle.  nullptr: the
+    // method needs none.
+    virtual std::shared_ptr<void> register_memory(void * /*data*/, std::size_t /*size*/)
+    {
+        return nullptr;
+    }
     [[nodiscard]] virtual std::uint64_t open_connections() const = 0;
     [[nodiscard]] virtual std::uint64_t direct_sends() const = 0;
     [[nodiscard]] virtual std::uint64_t engine() const = 0;
@@ -181,6 +199,10 @@ public:
     Addr peer_for_url(Method &method, const std::string &url);
     [[nodiscard]] const std::string &url_of(Addr addr) const;
     [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
+    // Makes the first method's sleep end when fd (another method's) is
+    // readable.
+    int watch_internal(int fd);
+    int unwatch_internal(int fd);
 
     // --- for the Bmi facade ---
     std::vector<std::string> listen_urls;
@@ -198,6 +220,7 @@ public:
     std::size_t testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
                                int max_idle_ms);
     int cancel(OpId id);
+    [[nodiscard]] Memory memalloc(std::size_t size);
     int watch_fd(int fd);
     int unwatch_fd(int fd);
     int set_info(Info key, std::uint64_t value);
@@ -240,6 +263,9 @@ private:
     OpList timeouts_{&Op::timeout};
     RingQueue<UnexpectedMessage> unexpected_;
     std::uint32_t generation_ = 1;
+    // Ops finished and unexpected messages delivered so far: tells
+    // progress() whether a method's poll produced something for test*.
+    std::uint64_t events_ = 0;
 };
 
 } // namespace bmi

@@ -1,7 +1,9 @@
-// BMI over the TCP method on loopback: semantics, immediate completion,
-// rendezvous, list I/O, cancellation and failure handling.  Client and server
-// are two Bmi objects in one thread; `pump` drives the other side while one
-// side waits.
+// BMI's semantic suite: immediate completion, rendezvous, list I/O,
+// cancellation and failure handling.  Client and server are two Bmi objects
+// in one thread; `pump` drives the other side while one side waits.  Every
+// case runs over TCP on loopback with each progress engine, and the
+// transport-neutral ones over the ib method too when PVFS_TEST_IB_ADDR names
+// the address of an RDMA device (the VM rig's Soft-RoCE: vm/ib_test).
 #include <atf-c++.hpp>
 
 #include "bmi/bmi.hpp"
@@ -17,6 +19,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -31,6 +34,25 @@ using namespace std::chrono_literals;
 
 // The TCP progress engine under test: every case runs once per engine.
 std::string g_engine; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+// The method under test, and the host its servers listen on.
+std::string g_scheme = "tcp";     // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+std::string g_host = "127.0.0.1"; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+
+std::string url_of(const std::string &hostport)
+{
+    return g_scheme + "://" + hostport;
+}
+
+// Selects the ib method, or skips: it needs an RDMA device.
+void use_ib()
+{
+    const char *addr = std::getenv("PVFS_TEST_IB_ADDR"); // NOLINT(concurrency-mt-unsafe)
+    if (addr == nullptr || *addr == '\0')
+        ATF_SKIP("no RDMA device here: PVFS_TEST_IB_ADDR is unset (the VM rig sets it, "
+                 "vm/ib_test)");
+    g_scheme = "ib";
+    g_host = addr;
+}
 
 bmi::Options client_options()
 {
@@ -39,11 +61,11 @@ bmi::Options client_options()
     return o;
 }
 
-bmi::Options server_options(const std::string &url = "tcp://127.0.0.1:0")
+bmi::Options server_options(const std::string &url = {})
 {
     bmi::Options o;
     o.role = bmi::Role::server;
-    o.listen = {url};
+    o.listen = {url.empty() ? url_of(g_host + ":0") : url};
     o.tcp_engine = g_engine;
     return o;
 }
@@ -138,7 +160,19 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed)
     }                                                                                              \
     static void name##_body()
 
-BMI_TEST(unexpected_flow)
+// BMI_TEST, plus NAME_ib over the ib method.
+// NOLINTNEXTLINE(cppcoreguidelines-macro-usage)
+#define BMI_TEST_ALL(name)                                                                         \
+    static void name##_body();                                                                     \
+    ATF_TEST_CASE_WITHOUT_HEAD(name##_ib);                                                         \
+    ATF_TEST_CASE_BODY(name##_ib)                                                                  \
+    {                                                                                              \
+        use_ib();                                                                                  \
+        name##_body();                                                                             \
+    }                                                                                              \
+    BMI_TEST(name)
+
+BMI_TEST_ALL(unexpected_flow)
 {
     Pair p;
     const std::string req = "request-42";
@@ -165,7 +199,7 @@ BMI_TEST(unexpected_flow)
     ATF_REQUIRE_EQ(p.client.get_info(bmi::Info::open_connections), 1U);
 }
 
-BMI_TEST(unexpected_too_large)
+BMI_TEST_ALL(unexpected_too_large)
 {
     Pair p;
     std::vector<char> big(p.client.get_info(bmi::Info::unexpected_limit) + 1);
@@ -174,7 +208,7 @@ BMI_TEST(unexpected_too_large)
     ATF_REQUIRE_EQ(r.error, -EMSGSIZE);
 }
 
-BMI_TEST(ordering_and_tags)
+BMI_TEST_ALL(ordering_and_tags)
 {
     Pair p;
     p.hello();
@@ -209,7 +243,7 @@ BMI_TEST(ordering_and_tags)
         ATF_REQUIRE_EQ(wait_op(p.client, op, p.server).error, 0);
 }
 
-BMI_TEST(immediate_completion)
+BMI_TEST_ALL(immediate_completion)
 {
     Pair p;
     p.hello();
@@ -218,8 +252,10 @@ BMI_TEST(immediate_completion)
     const bmi::Post s = p.client.post_send(p.to_server, &v, sizeof v, 3, nullptr, p.cctx);
     ATF_REQUIRE_EQ(s.error, 0);
     ATF_REQUIRE(s.completed);
-    // Once it has arrived, a receive for it completes at once too.
-    for (int i = 0; i < 50; ++i)
+    // Once it has arrived, a receive for it completes at once too.  (Soft-
+    // RoCE on 6.12 delivers from a work queue: give it time, not rounds.)
+    const auto until = std::chrono::steady_clock::now() + 200ms;
+    while (std::chrono::steady_clock::now() < until)
         poke(p.server);
     int got = 0;
     const bmi::Post r = p.server.post_recv(p.to_client, &got, sizeof got, 3, nullptr, p.sctx);
@@ -229,7 +265,7 @@ BMI_TEST(immediate_completion)
     ATF_REQUIRE_EQ(got, 5);
 }
 
-BMI_TEST(short_and_oversize)
+BMI_TEST_ALL(short_and_oversize)
 {
     Pair p;
     p.hello();
@@ -268,7 +304,7 @@ BMI_TEST(short_and_oversize)
     ATF_REQUIRE_EQ(got, 77);
 }
 
-BMI_TEST(rendezvous_list)
+BMI_TEST_ALL(rendezvous_list)
 {
     Pair p;
     p.hello();
@@ -301,7 +337,7 @@ BMI_TEST(rendezvous_list)
     }
 }
 
-BMI_TEST(many_outstanding)
+BMI_TEST_ALL(many_outstanding)
 {
     // 64 clients, 10,000 outstanding receives on the server at once, then
     // every client sends its share; all complete with the right contents.
@@ -375,7 +411,7 @@ BMI_TEST(many_outstanding)
     ATF_REQUIRE(got == vals);
 }
 
-BMI_TEST(cancel_ops)
+BMI_TEST_ALL(cancel_ops)
 {
     Pair p;
     p.hello();
@@ -421,46 +457,58 @@ BMI_TEST(cancel_ops)
     ATF_REQUIRE_EQ(got, 1);
 }
 
-BMI_TEST(peer_dies_mid_message)
+BMI_TEST_ALL(peer_dies_mid_message)
 {
     // A child process takes half of a rendezvous and dies: the receive in
-    // this process fails promptly, not at the idle timeout.
-    bmi::Bmi server(server_options());
-    const bmi::ContextId ctx = server.open_context();
-    const std::string url = server.listen_addresses().at(0);
+    // this process fails promptly, not at the idle timeout.  The child is
+    // forked before this process opens any transport (an RDMA device
+    // context must not be shared across fork); the server's URL reaches it
+    // through a pipe.
+    std::array<int, 2> pipefd{};
+    ATF_REQUIRE_EQ(::pipe(pipefd.data()), 0);
+    // Untouched (zero pages) on TCP; the ib method pins what it sends, so
+    // less there: still far more than moves before the child dies.
+    const std::size_t size = g_scheme == "ib" ? std::size_t{256} << 20 : std::size_t{1} << 30;
     const pid_t child = ::fork();
     ATF_REQUIRE(child >= 0);
     if (child == 0) {
+        ::close(pipefd[1]);
+        std::array<char, 256> buf{};
+        const ssize_t n = ::read(pipefd[0], buf.data(), buf.size() - 1);
+        if (n <= 0)
+            ::_exit(1);
         bmi::Bmi c(client_options());
         const bmi::ContextId cc = c.open_context();
-        const bmi::Addr a = c.addr_lookup(url);
+        const bmi::Addr a = c.addr_lookup(std::string(buf.data(), static_cast<std::size_t>(n)));
         const int hi = 1;
         c.post_sendunexpected(a, &hi, sizeof hi, 0, nullptr, cc);
-        // 1 GiB, untouched (zero pages): the transfer outlives the process.
-        constexpr std::size_t size = std::size_t{1} << 30;
         const auto big = std::make_unique_for_overwrite<unsigned char[]>(size);
         const bmi::Post s = c.post_send(a, big.get(), size, 5, nullptr, cc);
         bmi::Completion comp;
         c.test(s.op, comp, 100); // some data flows, then the process dies
         ::_exit(0);
     }
+    ::close(pipefd[0]);
+    bmi::Bmi server(server_options());
+    const bmi::ContextId ctx = server.open_context();
+    const std::string url = server.listen_addresses().at(0);
+    ATF_REQUIRE_EQ(::write(pipefd[1], url.data(), url.size()), static_cast<ssize_t>(url.size()));
+    ::close(pipefd[1]);
     const auto start = std::chrono::steady_clock::now();
     std::vector<bmi::UnexpectedMessage> u;
     while (server.testunexpected(u, 1, 100) == 0)
         ATF_REQUIRE(std::chrono::steady_clock::now() - start < 20s);
-    const auto dst = std::make_unique_for_overwrite<unsigned char[]>(std::size_t{1} << 30);
-    const bmi::Post r =
-        server.post_recv(u[0].peer(), dst.get(), std::size_t{1} << 30, 5, nullptr, ctx);
+    const auto dst = std::make_unique_for_overwrite<unsigned char[]>(size);
+    const bmi::Post r = server.post_recv(u[0].peer(), dst.get(), size, 5, nullptr, ctx);
     bmi::Completion c;
     while (!server.test(r.op, c, 100))
         ATF_REQUIRE(std::chrono::steady_clock::now() - start < 20s);
-    ATF_REQUIRE(c.error == -ECONNRESET || c.error == 0);
     int status = 0;
     ::waitpid(child, &status, 0);
     ATF_REQUIRE_EQ(c.error, -ECONNRESET);
 }
 
-BMI_TEST(server_restart_reconnect)
+BMI_TEST_ALL(server_restart_reconnect)
 {
     auto server = std::make_unique<bmi::Bmi>(server_options());
     const std::string url = server->listen_addresses().at(0);
@@ -483,7 +531,6 @@ BMI_TEST(server_restart_reconnect)
         ATF_REQUIRE(std::chrono::steady_clock::now() - start < 10s);
     ATF_REQUIRE_EQ(c.error, -ECONNRESET);
     // The server comes back on the same port; the next post reconnects.
-    const std::string hostport = url.substr(6);
     server = std::make_unique<bmi::Bmi>(server_options(url));
     v = 2;
     finish(client, client.post_sendunexpected(a, &v, sizeof v, 0, nullptr, cctx), *server);
@@ -531,7 +578,7 @@ BMI_TEST(garbage_on_socket)
 // A peer that stops making progress (its process hung: the kernel still
 // acknowledges TCP, but BMI answers nothing) fails the ops waiting on it
 // after the idle timeout.
-BMI_TEST(idle_timeout)
+BMI_TEST_ALL(idle_timeout)
 {
     Pair p;
     p.hello();
@@ -555,7 +602,7 @@ BMI_TEST(idle_timeout)
 // A peer that is alive but has nothing to say for longer than the idle
 // timeout (a server busy with a long fsync) does not fail the receive that
 // waits on it: BMI pings it and its BMI answers.
-BMI_TEST(idle_peer_alive)
+BMI_TEST_ALL(idle_peer_alive)
 {
     Pair p;
     p.hello();
@@ -583,7 +630,7 @@ BMI_TEST(idle_peer_alive)
 // sleep short; once drained it no longer does.
 // A server's event loop waits once for both kinds of event: completions of
 // its context and new requests.
-BMI_TEST(testany_sees_both)
+BMI_TEST_ALL(testany_sees_both)
 {
     Pair p;
     p.hello();
@@ -630,7 +677,7 @@ BMI_TEST(testany_sees_both)
     ATF_REQUIRE(std::chrono::steady_clock::now() - start >= 90ms);
 }
 
-BMI_TEST(watch_fd)
+BMI_TEST_ALL(watch_fd)
 {
     bmi::Bmi b(server_options());
     const bmi::ContextId ctx = b.open_context();
@@ -672,7 +719,7 @@ BMI_TEST(watch_fd)
 // A receive posted before a long one-way stream (bench-net's ack) must
 // survive the stream: the streaming side hears from its peer only through
 // the liveness pings, which must get through behind the data.
-BMI_TEST(receive_outlives_stream)
+BMI_TEST_ALL(receive_outlives_stream)
 {
     Pair p;
     p.hello();
@@ -709,7 +756,7 @@ BMI_TEST(receive_outlives_stream)
 // This side did not run for longer than the idle timeout (its application
 // was busy), so no pings went out meanwhile: the waiting receive must not
 // fail on its first look but ask the peer, which answers.
-BMI_TEST(receive_survives_own_pause)
+BMI_TEST_ALL(receive_survives_own_pause)
 {
     Pair p;
     p.hello();
@@ -735,18 +782,18 @@ BMI_TEST(receive_survives_own_pause)
     ATF_REQUIRE_EQ(ack, 3);
 }
 
-BMI_TEST(bad_addresses)
+BMI_TEST_ALL(bad_addresses)
 {
     bmi::Bmi c(client_options());
     int err = 0;
-    ATF_REQUIRE_EQ(c.addr_lookup("tcp://nohostport", &err), bmi::no_addr);
+    ATF_REQUIRE_EQ(c.addr_lookup(url_of("nohostport"), &err), bmi::no_addr);
     ATF_REQUIRE_EQ(err, -EINVAL);
     ATF_REQUIRE_EQ(c.addr_lookup("foo://127.0.0.1:1", &err), bmi::no_addr);
     ATF_REQUIRE_EQ(err, -EPROTONOSUPPORT);
-    ATF_REQUIRE_EQ(c.addr_lookup("tcp://127.0.0.1:99999", &err), bmi::no_addr);
+    ATF_REQUIRE_EQ(c.addr_lookup(url_of(g_host + ":99999"), &err), bmi::no_addr);
     // Nobody listens on port 1: the send fails with ECONNREFUSED.
     const bmi::ContextId ctx = c.open_context();
-    const bmi::Addr a = c.addr_lookup("tcp://127.0.0.1:1", &err);
+    const bmi::Addr a = c.addr_lookup(url_of(g_host + ":1"), &err);
     ATF_REQUIRE(a != bmi::no_addr);
     const int v = 0;
     const bmi::Post s = c.post_send(a, &v, sizeof v, 0, nullptr, ctx);
@@ -757,10 +804,10 @@ BMI_TEST(bad_addresses)
     } else {
         ATF_REQUIRE_EQ(s.error, -ECONNREFUSED);
     }
-    ATF_REQUIRE_THROW(std::system_error, bmi::Bmi(server_options("tcp://256.1.1.1:0")));
+    ATF_REQUIRE_THROW(std::system_error, bmi::Bmi(server_options(url_of("256.1.1.1:0"))));
 }
 
-BMI_TEST(drop_addr)
+BMI_TEST_ALL(drop_addr)
 {
     Pair p;
     p.hello();
@@ -912,42 +959,60 @@ BMI_TEST(announced_receive_order)
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, unexpected_flow_epoll);
+    ATF_ADD_TEST_CASE(tcs, unexpected_flow_ib);
     ATF_ADD_TEST_CASE(tcs, unexpected_flow_uring);
     ATF_ADD_TEST_CASE(tcs, unexpected_too_large_epoll);
+    ATF_ADD_TEST_CASE(tcs, unexpected_too_large_ib);
     ATF_ADD_TEST_CASE(tcs, unexpected_too_large_uring);
     ATF_ADD_TEST_CASE(tcs, ordering_and_tags_epoll);
+    ATF_ADD_TEST_CASE(tcs, ordering_and_tags_ib);
     ATF_ADD_TEST_CASE(tcs, ordering_and_tags_uring);
     ATF_ADD_TEST_CASE(tcs, immediate_completion_epoll);
+    ATF_ADD_TEST_CASE(tcs, immediate_completion_ib);
     ATF_ADD_TEST_CASE(tcs, immediate_completion_uring);
     ATF_ADD_TEST_CASE(tcs, short_and_oversize_epoll);
+    ATF_ADD_TEST_CASE(tcs, short_and_oversize_ib);
     ATF_ADD_TEST_CASE(tcs, short_and_oversize_uring);
     ATF_ADD_TEST_CASE(tcs, rendezvous_list_epoll);
+    ATF_ADD_TEST_CASE(tcs, rendezvous_list_ib);
     ATF_ADD_TEST_CASE(tcs, rendezvous_list_uring);
     ATF_ADD_TEST_CASE(tcs, many_outstanding_epoll);
+    ATF_ADD_TEST_CASE(tcs, many_outstanding_ib);
     ATF_ADD_TEST_CASE(tcs, many_outstanding_uring);
     ATF_ADD_TEST_CASE(tcs, cancel_ops_epoll);
+    ATF_ADD_TEST_CASE(tcs, cancel_ops_ib);
     ATF_ADD_TEST_CASE(tcs, cancel_ops_uring);
     ATF_ADD_TEST_CASE(tcs, peer_dies_mid_message_epoll);
+    ATF_ADD_TEST_CASE(tcs, peer_dies_mid_message_ib);
     ATF_ADD_TEST_CASE(tcs, peer_dies_mid_message_uring);
     ATF_ADD_TEST_CASE(tcs, server_restart_reconnect_epoll);
+    ATF_ADD_TEST_CASE(tcs, server_restart_reconnect_ib);
     ATF_ADD_TEST_CASE(tcs, server_restart_reconnect_uring);
     ATF_ADD_TEST_CASE(tcs, garbage_on_socket_epoll);
     ATF_ADD_TEST_CASE(tcs, garbage_on_socket_uring);
     ATF_ADD_TEST_CASE(tcs, idle_timeout_epoll);
+    ATF_ADD_TEST_CASE(tcs, idle_timeout_ib);
     ATF_ADD_TEST_CASE(tcs, idle_timeout_uring);
     ATF_ADD_TEST_CASE(tcs, idle_peer_alive_epoll);
+    ATF_ADD_TEST_CASE(tcs, idle_peer_alive_ib);
     ATF_ADD_TEST_CASE(tcs, idle_peer_alive_uring);
     ATF_ADD_TEST_CASE(tcs, testany_sees_both_epoll);
+    ATF_ADD_TEST_CASE(tcs, testany_sees_both_ib);
     ATF_ADD_TEST_CASE(tcs, testany_sees_both_uring);
     ATF_ADD_TEST_CASE(tcs, watch_fd_epoll);
+    ATF_ADD_TEST_CASE(tcs, watch_fd_ib);
     ATF_ADD_TEST_CASE(tcs, watch_fd_uring);
     ATF_ADD_TEST_CASE(tcs, receive_outlives_stream_epoll);
+    ATF_ADD_TEST_CASE(tcs, receive_outlives_stream_ib);
     ATF_ADD_TEST_CASE(tcs, receive_outlives_stream_uring);
     ATF_ADD_TEST_CASE(tcs, receive_survives_own_pause_epoll);
+    ATF_ADD_TEST_CASE(tcs, receive_survives_own_pause_ib);
     ATF_ADD_TEST_CASE(tcs, receive_survives_own_pause_uring);
     ATF_ADD_TEST_CASE(tcs, bad_addresses_epoll);
+    ATF_ADD_TEST_CASE(tcs, bad_addresses_ib);
     ATF_ADD_TEST_CASE(tcs, bad_addresses_uring);
     ATF_ADD_TEST_CASE(tcs, drop_addr_epoll);
+    ATF_ADD_TEST_CASE(tcs, drop_addr_ib);
     ATF_ADD_TEST_CASE(tcs, drop_addr_uring);
     ATF_ADD_TEST_CASE(tcs, direct_into_announced_receive_epoll);
     ATF_ADD_TEST_CASE(tcs, direct_into_announced_receive_uring);

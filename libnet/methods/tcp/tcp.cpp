@@ -260,7 +260,10 @@ public:
     std::string listen(std::string_view hostport) override;
     int add_peer(Addr addr, std::string_view hostport) override;
     bool post(std::uint32_t i) override;
-    void cancel(std::uint32_t i, int error) override;
+    void cancel(std::uint32_t i, int error, bool must_end) override;
+    void unexpected_released(Addr addr) override { resume_peer(addr); }
+    int watch_internal(int fd) override;
+    int unwatch_internal(int fd) override;
     void progress(int timeout_ms) override;
     void drop_peer(Addr addr, int error) override;
     [[nodiscard]] std::uint64_t open_connections() const override;
@@ -342,11 +345,13 @@ private:
     std::uint64_t direct_sends_ = 0;
 };
 
-// Event keys: a connection's is (generation << 32) | index with a 30-bit
-// generation; the two top bits mark listeners and the caller's watched fds.
+// Event keys: a connection's is (generation << 32) | index with a 29-bit
+// generation; the three top bits mark listeners, the caller's watched fds
+// and other methods' fds.
 constexpr std::uint64_t listener_bit = std::uint64_t{1} << 63U;
 constexpr std::uint64_t external_bit = std::uint64_t{1} << 62U;
-constexpr std::uint32_t generation_mask = (std::uint32_t{1} << 30U) - 1;
+constexpr std::uint64_t internal_bit = std::uint64_t{1} << 61U;
+constexpr std::uint32_t generation_mask = (std::uint32_t{1} << 29U) - 1;
 constexpr std::size_t max_external_fds = 64;
 
 std::uint64_t event_key(std::uint32_t c, std::uint32_t generation)
@@ -378,7 +383,6 @@ TcpMethod::TcpMethod(Core &core, std::string_view engine)
     : core_(core), incarnation_(new_incarnation()), engine_(make_engine(engine_choice(engine))),
       buckets_(bucket_count, OpList{&Op::match})
 {
-    core_.unexpected_pool->on_release = [this](Addr a) { resume_peer(a); };
 }
 
 TcpMethod::~TcpMethod()
@@ -745,7 +749,7 @@ void TcpMethod::detach_tx(std::uint32_t i)
     }
 }
 
-void TcpMethod::cancel(std::uint32_t i, int error)
+void TcpMethod::cancel(std::uint32_t i, int error, bool /*must_end*/)
 {
     Op &o = op(i);
     if (o.state != OpState::active)
@@ -1665,6 +1669,8 @@ void TcpMethod::progress(int timeout_ms)
             core_.external_ready = true;
             continue;
         }
+        if ((key & internal_bit) != 0)
+            continue; // another method's fd: it polls it next round
         const auto c = static_cast<std::uint32_t>(key & 0xffffffffU);
         const auto gen = static_cast<std::uint32_t>(key >> 32U);
         if (c >= conns_.size() || conns_[c]->closed || conns_[c]->generation != gen)
@@ -1720,6 +1726,18 @@ int TcpMethod::unwatch_external(int fd)
         return -ENOENT;
     engine_->remove(fd, external_bit | static_cast<std::uint64_t>(fd));
     externals_.erase(it);
+    return 0;
+}
+
+int TcpMethod::watch_internal(int fd)
+{
+    engine_->add(fd, internal_bit | static_cast<std::uint64_t>(fd), EPOLLIN);
+    return 0;
+}
+
+int TcpMethod::unwatch_internal(int fd)
+{
+    engine_->remove(fd, internal_bit | static_cast<std::uint64_t>(fd));
     return 0;
 }
 
