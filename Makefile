@@ -27,7 +27,7 @@ endif
 KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
 
 .PHONY: fuzz fuzz-build
-.PHONY: all configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net bench-fs bench-kernel
+.PHONY: all configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net bench-fs bench-kernel bench-ib
 
 all: configure
 	@ninja -C $(BUILD)
@@ -92,7 +92,7 @@ dkms-install:
 
 # Benchmarks: each writes bench/results/<name>/ (data.csv, summary.md,
 # summary.json, plots).  QUICK=1 runs the short version used by make check.
-bench: bench-net bench-fs bench-kernel
+bench: bench-net bench-fs bench-kernel bench-ib
 
 bench-net: all
 	@bench/net/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD)
@@ -105,6 +105,10 @@ bench-fs: all
 bench-kernel: all kmod-test
 	@bench/kernel/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD) --kmod $(KMOD_OUT) \
 		--kernel $(or $(KERNEL),6.1)
+
+# BMI's ib method on Soft-RoCE in the QEMU guest, next to perftest and TCP.
+bench-ib: all
+	@bench/ib/run $(if $(filter 1,$(QUICK)),--quick) --build $(BUILD) --kernel $(or $(KERNEL),6.1)
 
 clean:
 	rm -rf $(SRC)/build $(SRC)/build-san $(SRC)/build-fuzz
@@ -124,3 +128,5 @@ help:
 	@echo "make bench-fs     file-system benchmark into bench/results/fs/ (QUICK=1: short run)"
 	@echo "make bench-kernel the mount vs the client library in the QEMU guest, into"
 	@echo "                  bench/results/kernel/ (QUICK=1: short run; KERNEL=6.12)"
+	@echo "make bench-ib     BMI over Soft-RoCE vs perftest and TCP in the QEMU guest, into"
+	@echo "                  bench/results/ib/ (QUICK=1: short run; KERNEL=6.12)"

@@ -1,8 +1,12 @@
-// net-bmi: the network benchmark on BMI's TCP method (bench/net/DRIVERS.md),
-// one executable for the drivers bmi-epoll and bmi-uring (--engine).
+// net-bmi: the network benchmark on BMI (bench/net/DRIVERS.md), one
+// executable for the drivers bmi-epoll and bmi-uring (--engine) and for the
+// ib method (--listen ib://..., make bench-ib).
 //
-// The parent opens a server Bmi listening on tcp://127.0.0.1:0 and fork()s
-// its peers, each with a client Bmi of its own created after the fork.  A
+// The parent opens a server Bmi listening on --listen (tcp://127.0.0.1:0)
+// and fork()s its peers, each with a client Bmi of its own created after the
+// fork.  With an explicit port the peers are forked first and the server
+// opened after them, so that no transport state crosses a fork (an RDMA
+// device context must not); the peers retry until it listens.  A
 // peer introduces itself with an unexpected "hello" carrying its index, so
 // the parent learns its address the way pvfs-server learns a client's.  The
 // patterns use BMI as pvfs will: a window of posted sends and receives for
@@ -30,6 +34,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <unistd.h>
+
 namespace {
 
 // Tags: one per kind of message, so that each kind is ordered on its own.
@@ -43,6 +49,10 @@ constexpr bmi::Tag tag_reply = 6;   // m2o: parent -> client
 // A test* call sleeps at most this long before its caller looks again; the
 // driver's --timeout bounds the whole run, BMI's idle timeout each op.
 constexpr int poll_ms = 1000;
+
+// Where the parent listens (--listen).
+std::string g_listen =
+    "tcp://127.0.0.1:0"; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 
 std::vector<std::byte> filled(std::size_t size, std::byte pattern)
 {
@@ -124,7 +134,7 @@ private:
         o.tcp_engine = engine;
         if (server) {
             o.role = bmi::Role::server;
-            o.listen = {"tcp://127.0.0.1:0"};
+            o.listen = {g_listen};
         }
         return o;
     }
@@ -166,9 +176,38 @@ struct peer_link {
     peer_link(const std::string &engine, const std::string &parent_url, std::uint32_t index)
         : ep(engine, false), parent(ep.lookup(parent_url))
     {
-        ep.wait(ep.bmi().post_sendunexpected(parent, &index, sizeof index, tag_hello, nullptr,
-                                             ep.single()),
-                "hello");
+        // The parent may not listen yet (see the top of this file).
+        const double deadline = bench::now() + 20.0;
+        for (;;) {
+            const bmi::Post p = ep.bmi().post_sendunexpected(parent, &index, sizeof index,
+                                                             tag_hello, nullptr, ep.single());
+            int error = p.error;
+            if (error == 0 && !p.completed) {
+                bmi::Completion c;
+                while (!ep.bmi().test(p.op, c, poll_ms)) {
+                }
+                error = c.error;
+            }
+            if (error == 0)
+                return;
+            if (error != -ECONNREFUSED || bench::now() > deadline)
+                throw std::runtime_error("hello: " + error_text(error));
+            ::usleep(50000);
+        }
+    }
+};
+
+// The parent's endpoint and the URL its peers call.
+struct parent_side {
+    std::string engine;
+    std::unique_ptr<endpoint> ep;
+    std::string url;
+
+    endpoint &open()
+    {
+        if (!ep)
+            ep = std::make_unique<endpoint>(engine, true);
+        return *ep;
     }
 };
 
@@ -203,8 +242,8 @@ void send_stream(endpoint &ep, bmi::Addr peer, std::span<const std::byte> msg, s
 
 // Receives `count` messages of `size` into the window's buffers, keeping
 // every free buffer posted.
-void recv_stream(endpoint &ep, bmi::Addr peer, std::vector<std::vector<std::byte>> &bufs,
-                 std::size_t size, std::uint64_t count, std::vector<bmi::Completion> &done)
+void recv_stream(endpoint &ep, bmi::Addr peer, std::vector<bmi::Memory> &bufs, std::size_t size,
+                 std::uint64_t count, std::vector<bmi::Completion> &done)
 {
     std::vector<std::size_t> free_slots(bufs.size());
     for (std::size_t i = 0; i < bufs.size(); ++i)
@@ -254,7 +293,12 @@ void bw_receiver(const std::string &engine, const std::string &parent_url, const
         for (const std::size_t size : o.sizes) {
             const std::size_t window = o.window_for(size);
             const std::uint64_t msgs = o.messages_for(size);
-            std::vector<std::vector<std::byte>> bufs(window, filled(size, std::byte{0xa5}));
+            // memalloc: registered once for RDMA, as a pvfs server's buffers are.
+            std::vector<bmi::Memory> bufs;
+            for (std::size_t w = 0; w < window; ++w) {
+                bufs.push_back(ep.bmi().memalloc(link.parent, size));
+                std::memset(bufs.back().data(), 0xa5, size);
+            }
             done.resize(std::max(done.size(), window));
             recv_stream(ep, link.parent, bufs, size, std::min<std::uint64_t>(window, msgs), done);
             ep.send_value<std::int64_t>(link.parent, 0, tag_ack);
@@ -266,13 +310,16 @@ void bw_receiver(const std::string &engine, const std::string &parent_url, const
     }
 }
 
-void run_bw(endpoint &ep, const std::string &engine, const bench::options &o)
+void run_bw(parent_side &ps, const bench::options &o)
 {
-    const std::string url = ep.bmi().listen_addresses().at(0);
-    bench::child_process receiver = bench::spawn("receiver", [&] { bw_receiver(engine, url, o); });
+    bench::child_process receiver =
+        bench::spawn("receiver", [&] { bw_receiver(ps.engine, ps.url, o); });
+    endpoint &ep = ps.open();
     const bmi::Addr peer = collect_hellos(ep, 1).at(0);
 
-    const std::vector<std::byte> buf = filled(o.largest(), std::byte{0x5a});
+    bmi::Memory mem = ep.bmi().memalloc(peer, o.largest());
+    std::memset(mem.data(), 0x5a, mem.size());
+    const std::span<const std::byte> buf(mem.data(), mem.size());
     std::vector<bmi::Completion> done(o.window);
     for (unsigned rep = 0; rep < o.reps; ++rep) {
         for (const std::size_t size : o.sizes) {
@@ -331,10 +378,10 @@ void lat_echo(const std::string &engine, const std::string &parent_url, const be
     }
 }
 
-void run_lat(endpoint &ep, const std::string &engine, const bench::options &o)
+void run_lat(parent_side &ps, const bench::options &o)
 {
-    const std::string url = ep.bmi().listen_addresses().at(0);
-    bench::child_process echo = bench::spawn("echo", [&] { lat_echo(engine, url, o); });
+    bench::child_process echo = bench::spawn("echo", [&] { lat_echo(ps.engine, ps.url, o); });
+    endpoint &ep = ps.open();
     const bmi::Addr peer = collect_hellos(ep, 1).at(0);
 
     const std::vector<std::byte> ping = filled(o.largest(), std::byte{0x5a});
@@ -522,14 +569,14 @@ private:
     go_message go_ = 0;
 };
 
-void run_m2o(endpoint &ep, const std::string &engine, const bench::options &o)
+void run_m2o(parent_side &ps, const bench::options &o)
 {
-    const std::string url = ep.bmi().listen_addresses().at(0);
     std::vector<bench::child_process> clients;
     clients.reserve(o.clients);
     for (std::uint32_t k = 0; k < o.clients; ++k)
-        clients.push_back(
-            bench::spawn("client " + std::to_string(k), [&, k] { m2o_client(engine, url, k, o); }));
+        clients.push_back(bench::spawn("client " + std::to_string(k),
+                                       [&, k] { m2o_client(ps.engine, ps.url, k, o); }));
+    endpoint &ep = ps.open();
     m2o_server server(ep, o, collect_hellos(ep, o.clients));
     go_message seq = 0;
     for (unsigned rep = 0; rep < o.reps; ++rep)
@@ -545,41 +592,50 @@ void run_m2o(endpoint &ep, const std::string &engine, const bench::options &o)
 int main(int argc, char **argv)
 {
     bench::options o;
-    std::string engine = "epoll";
-    const auto add_engine = [&engine](CLI::App &app) {
-        app.add_option("--engine", engine, "BMI TCP progress engine")
+    parent_side ps;
+    ps.engine = "epoll";
+    const auto add_options = [&ps](CLI::App &app) {
+        app.add_option("--engine", ps.engine, "BMI TCP progress engine")
             ->check(CLI::IsMember({"epoll", "uring"}));
+        app.add_option("--listen", g_listen,
+                       "the parent's listen URL (tcp://127.0.0.1:0; an explicit port forks "
+                       "the peers before the server opens, as ib:// needs)");
     };
-    if (const int status = bench::parse(argc, argv, "net-bmi", o, add_engine); status >= 0)
+    if (const int status = bench::parse(argc, argv, "net-bmi", o, add_options); status >= 0)
         return status;
     bench::arm_timeout(o.timeout);
 
-    // The parent's Bmi, made before the peers are forked: its listening
-    // address is what they connect to.
-    std::unique_ptr<endpoint> ep;
-    try {
-        ep = std::make_unique<endpoint>(engine, true);
-    } catch (const std::system_error &e) {
-        // Only a missing io_uring (disabled by sysctl, refused in a
-        // container) means "cannot run here"; anything else is a failure.
-        if (engine == "uring" &&
-            std::string_view(e.what()).find("io_uring") != std::string_view::npos) {
-            bench::error("engine uring cannot run here: " + std::string(e.what()));
-            return bench::exit_unsupported;
+    const bool late = !g_listen.ends_with(":0");
+    if (late) {
+        ps.url = g_listen;
+    } else {
+        // The parent's Bmi, made before the peers are forked: its listening
+        // address is what they connect to.
+        try {
+            ps.open();
+            ps.url = ps.ep->bmi().listen_addresses().at(0);
+        } catch (const std::system_error &e) {
+            // Only a missing io_uring (disabled by sysctl, refused in a
+            // container) means "cannot run here"; anything else is a failure.
+            if (ps.engine == "uring" &&
+                std::string_view(e.what()).find("io_uring") != std::string_view::npos) {
+                bench::error("engine uring cannot run here: " + std::string(e.what()));
+                return bench::exit_unsupported;
+            }
+            bench::error(e.what());
+            return 1;
         }
-        bench::error(e.what());
-        return 1;
     }
     try {
         switch (o.which) {
         case bench::pattern::bw:
-            run_bw(*ep, engine, o);
+            run_bw(ps, o);
             break;
         case bench::pattern::lat:
-            run_lat(*ep, engine, o);
+            run_lat(ps, o);
             break;
         case bench::pattern::m2o:
-            run_m2o(*ep, engine, o);
+            run_m2o(ps, o);
             break;
         }
     } catch (const std::exception &e) {

@@ -537,6 +537,10 @@ void Core::progress(int timeout_ms)
         methods_[m]->progress(0);
     if (events_ != before || external_ready)
         timeout_ms = 0;
+    for (std::size_t m = 1; m < methods_.size() && timeout_ms > 0; ++m) {
+        if (!methods_[m]->prepare_sleep() || events_ != before)
+            timeout_ms = 0;
+    }
     methods_.front()->progress(timeout_ms);
     expire_idle_ops();
 }

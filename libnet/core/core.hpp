@@ -109,6 +109,10 @@ public:
     virtual void cancel(std::uint32_t op_index, int error, bool must_end) = 0;
     // Moves bytes; sleeps at most timeout_ms when there is nothing to do.
     virtual void progress(int timeout_ms) = 0;
+    // Called on every method but the first before the first sleeps: arm
+    // what makes the method's fds readable on new work (completion
+    // notices).  False when there is work already (then nobody sleeps).
+    virtual bool prepare_sleep() { return true; }
     virtual void drop_peer(Addr addr, int error) = 0;
     // Asked when an op has made no progress for the idle timeout: is its
     // peer alive?  Returns the time to count the op's idleness from: when
@@ -185,6 +189,10 @@ public:
     Limits limits;
     // Set by a method when a watched fd is readable; test* return then.
     bool external_ready = false;
+    // Set by the first method when another method's fd (watch_internal)
+    // was readable: that method then drains its fds; until then it only
+    // polls what needs no system call.
+    bool internal_ready = true;
     std::shared_ptr<UnexpectedPool> unexpected_pool = std::make_shared<UnexpectedPool>();
 
     // The op with this id, if it is live.

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -63,6 +64,8 @@ constexpr std::uint32_t pool_chunk = 64;         // buffers per registration
 constexpr std::uint32_t max_send_buffers = 4096; // per device
 constexpr std::uint32_t max_srq_buffers = 16384; // per device
 constexpr std::size_t bucket_count = 4096;
+// How long a closing Bmi waits for its posted sends to leave.
+constexpr std::chrono::milliseconds linger_time{1000};
 constexpr int max_wc = 32;
 
 std::string errno_text(int err)
@@ -398,6 +401,7 @@ struct Conn {
     std::uint32_t owed = 0;    // buffers reposted for the peer, not yet reported
     std::uint32_t remote_buf = 0;
     std::uint32_t sq_free = 0;
+    std::uint32_t sq_size = 0;
     std::uint32_t reads = 0;
     std::uint32_t max_inline = 0;
     std::uint32_t max_sge = 1;
@@ -453,6 +457,7 @@ public:
     bool post(std::uint32_t i) override;
     void cancel(std::uint32_t i, int error, bool must_end) override;
     void progress(int timeout_ms) override;
+    bool prepare_sleep() override;
     void drop_peer(Addr addr, int error) override;
     Clock::time_point peer_alive(std::uint32_t i) override;
     int watch_external(int /*fd*/) override { return -ENOTSUP; }
@@ -529,6 +534,7 @@ private:
     void read_done(std::uint32_t w);
 
     void finish(std::uint32_t i, int error, std::size_t actual);
+    void linger();
     void unlink(std::uint32_t i);
     void fail_peer_ops(Peer &p, int error);
     void ping(Peer &p, Clock::time_point now);
@@ -568,6 +574,7 @@ private:
 
 IbMethod::~IbMethod()
 {
+    linger();
     for (std::uint32_t c = 0; c < conns_.size(); ++c)
         close_conn(c, -ECANCELED, {});
     for (const int fd : fds_)
@@ -576,6 +583,30 @@ IbMethod::~IbMethod()
     for (auto &d : devices_) {
         if (d->unacked > 0)
             ibv_ack_cq_events(d->cq.get(), d->unacked);
+    }
+}
+
+// A send reported complete was copied, not yet delivered: like a TCP
+// socket's close, which still sends what the socket took, the connections
+// get a moment to finish their posted sends (and queued answers: FIN,
+// NACK) before their queue pairs are destroyed, which would drop them.
+void IbMethod::linger()
+{
+    const auto deadline = Clock::now() + linger_time;
+    for (;;) {
+        bool busy = false;
+        for (const auto &k : conns_) {
+            if (k->state == ConnState::up && (k->sq_free < k->sq_size || !k->ctl.empty()))
+                busy = true;
+        }
+        if (!busy || Clock::now() >= deadline)
+            return;
+        core_.internal_ready = true; // no engine runs here to say so
+        progress(0);
+        std::vector<pollfd> pfds;
+        for (const int fd : fds_)
+            pfds.push_back(pollfd{fd, POLLIN, 0});
+        ::poll(pfds.data(), pfds.size(), 1);
     }
 }
 
@@ -852,6 +883,7 @@ int IbMethod::create_qp(std::uint32_t c)
     k.qp_num = k.id->qp->qp_num;
     conn_by_qp_[k.qp_num] = c;
     k.sq_free = a.cap.max_send_wr;
+    k.sq_size = a.cap.max_send_wr;
     k.max_inline = a.cap.max_inline_data;
     k.max_sge = std::max<std::uint32_t>(1, a.cap.max_send_sge);
     k.rd_depth = std::clamp<std::uint32_t>(static_cast<std::uint32_t>(d.attr.max_qp_init_rd_atom),
@@ -1048,7 +1080,12 @@ void IbMethod::on_cm_event(std::uint32_t c, rdma_cm_event_type type, int status,
                        std::to_string(status) + ")");
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
-        close_conn(c, -ECONNRESET, "peer disconnected");
+        // What the peer sent before it left is in the CQ already (its
+        // sends completed when they were acknowledged): take it first.
+        if (k.dev != nullptr)
+            poll_cq(*k.dev);
+        if (k.state != ConnState::closed)
+            close_conn(c, -ECONNRESET, "peer disconnected");
         return;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
         close_conn(c, -ENODEV, "device removed");
@@ -2105,9 +2142,18 @@ void IbMethod::progress(int timeout_ms)
             pfds.push_back(pollfd{fd, POLLIN, 0});
         ::poll(pfds.data(), pfds.size(), timeout_ms);
     }
-    handle_cm_events();
+    // The event fds are read only when the sleeping engine saw one
+    // readable: a poll round costs no system call of this method's.
+    const bool drain = core_.internal_ready || timeout_ms > 0;
+    core_.internal_ready = false;
+    if (drain)
+        handle_cm_events();
     for (auto &dp : devices_) {
         Device &d = *dp;
+        if (!drain) {
+            poll_cq(d);
+            continue;
+        }
         ibv_async_event ae{};
         while (ibv_get_async_event(d.verbs, &ae) == 0) {
             const ibv_event_type t = ae.event_type;
@@ -2145,15 +2191,24 @@ void IbMethod::progress(int timeout_ms)
             poll_cq(*dp);
     }
     ping_waiting_peers();
-    // Arm completion notices before the sleep, and look once more: a
-    // completion that came between the poll and the arming makes no notice.
+}
+
+// Completion notices are armed only before a sleep (arming is a system
+// call on some devices, and each notice another): while test* polls, the
+// CQs are read directly.  After arming, one more look: a completion that
+// came between the last poll and the arming makes no notice.
+bool IbMethod::prepare_sleep()
+{
+    if (!channel_)
+        return true;
     for (auto &dp : devices_) {
         if (!dp->armed) {
             ibv_req_notify_cq(dp->cq.get(), 0);
             dp->armed = true;
-            poll_cq(*dp);
         }
+        poll_cq(*dp);
     }
+    return pending_.empty();
 }
 
 Clock::time_point IbMethod::peer_alive(std::uint32_t i)

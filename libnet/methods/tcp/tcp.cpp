@@ -1669,8 +1669,10 @@ void TcpMethod::progress(int timeout_ms)
             core_.external_ready = true;
             continue;
         }
-        if ((key & internal_bit) != 0)
-            continue; // another method's fd: it polls it next round
+        if ((key & internal_bit) != 0) {
+            core_.internal_ready = true; // another method's fd: it drains it next
+            continue;
+        }
         const auto c = static_cast<std::uint32_t>(key & 0xffffffffU);
         const auto gen = static_cast<std::uint32_t>(key >> 32U);
         if (c >= conns_.size() || conns_[c]->closed || conns_[c]->generation != gen)
