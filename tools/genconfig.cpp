@@ -64,6 +64,7 @@ struct Options {
     std::vector<std::string> data;
     std::vector<std::string> servers;
     std::optional<unsigned> local;
+    std::string local_ib;
     int port_base = default_port_base;
     std::string storage;
     std::string out;
@@ -162,7 +163,8 @@ std::vector<int> free_ports(unsigned count)
     return ports;
 }
 
-std::vector<config::Server> local_servers(unsigned data_servers, int port_base)
+std::vector<config::Server> local_servers(unsigned data_servers, int port_base,
+                                          const std::string &ib_host)
 {
     const unsigned count = data_servers + 1;
     std::vector<int> ports;
@@ -184,6 +186,9 @@ std::vector<config::Server> local_servers(unsigned data_servers, int port_base)
         config::Server s;
         s.name = i == 0 ? "meta0" : fmt::format("data{}", i - 1);
         s.addresses = {fmt::format("tcp://127.0.0.1:{}", ports[i])};
+        if (!ib_host.empty()) // rdma_cm's ports are not TCP's: the same number
+            s.addresses.push_back(
+                checked_url(fmt::format("ib://{}:{}", ib_host, ports[i]), "--local-ib"));
         s.metadata = i == 0;
         s.data = i != 0;
         out.push_back(std::move(s));
@@ -202,7 +207,7 @@ config::Cluster cluster_from(const Options &o)
     c.fs_id = o.fs_id ? *o.fs_id : randombytes_random();
 
     if (o.local) {
-        c.servers = local_servers(*o.local, o.port_base);
+        c.servers = local_servers(*o.local, o.port_base, o.local_ib);
     } else {
         for (std::size_t i = 0; i < o.meta.size(); ++i) {
             config::Server s;
@@ -380,6 +385,11 @@ int run(int argc, char **argv)
                                         "on 127.0.0.1")
                              ->type_name("N")
                              ->check(CLI::Range(1U, max_local_servers));
+    app.add_option("--local-ib", o.local_ib,
+                   "--local: each server also listens on ib://ADDR:its port (an RDMA "
+                   "device's address)")
+        ->type_name("ADDR")
+        ->needs(local);
     app.add_option("--port-base", o.port_base,
                    "--local: first port, the others follow; 0 picks free ports")
         ->type_name("PORT")

@@ -51,8 +51,8 @@ constexpr bmi::Tag tag_reply = 6;   // m2o: parent -> client
 constexpr int poll_ms = 1000;
 
 // Where the parent listens (--listen).
-std::string g_listen =
-    "tcp://127.0.0.1:0"; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+// NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables): set once by main
+std::string g_listen = "tcp://127.0.0.1:0";
 
 std::vector<std::byte> filled(std::size_t size, std::byte pattern)
 {
@@ -587,9 +587,7 @@ void run_m2o(parent_side &ps, const bench::options &o)
         clients[k].join("client " + std::to_string(k));
 }
 
-} // namespace
-
-int main(int argc, char **argv)
+int run_main(int argc, char **argv)
 {
     bench::options o;
     parent_side ps;
@@ -643,4 +641,16 @@ int main(int argc, char **argv)
         return 1;
     }
     return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    try {
+        return run_main(argc, argv);
+    } catch (const std::exception &e) {
+        bench::error(e.what());
+        return 1;
+    }
 }

@@ -111,6 +111,11 @@ struct Options {
     bool check_data_access = true;
     // The loop this client's operations run on; empty: a loop of its own.
     std::shared_ptr<Loop> loop;
+    // The network method to reach every server by: "tcp" or "ib".  Empty:
+    // the scheme of target when it is a URL (a mount of ib://host:port/fs
+    // uses InfiniBand end to end), else $PVFS_METHOD, else "tcp".  Every
+    // server must have an address of that method.
+    std::string method;
 };
 
 // What setattr changes (proto's set_* bits) plus truncation.

@@ -620,17 +620,29 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
                         : std::chrono::milliseconds(c.defaults.request_timeout_ms);
     static_cast<void>(
         impl->engine->bmi->set_info(bmi::Info::idle_timeout_ms, c.defaults.idle_timeout_ms));
+    std::string method = options.method;
+    if (method.empty() && is_url)
+        method = options.target.substr(0, options.target.find("://"));
+    if (method.empty()) {
+        const char *env = std::getenv("PVFS_METHOD"); // NOLINT(concurrency-mt-unsafe)
+        method = env != nullptr && *env != '\0' ? env : "tcp";
+    }
+    if (method != "tcp" && method != "ib") {
+        error = "unknown network method '" + method + "'; use tcp or ib";
+        return nullptr;
+    }
+    const std::string prefix = method + "://";
     std::vector<std::string> urls;
     for (const config::Server &s : c.servers) {
         std::string chosen;
         for (const std::string &a : s.addresses) {
-            if (a.starts_with("tcp://")) {
+            if (a.starts_with(prefix)) {
                 chosen = a;
                 break;
             }
         }
         if (chosen.empty()) {
-            error = "server " + s.name + " has no tcp:// address this client can use";
+            error = "server " + s.name + " has no " + prefix + " address this client can use";
             return nullptr;
         }
         urls.push_back(chosen);

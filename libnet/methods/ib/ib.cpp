@@ -7,6 +7,7 @@
 #include "ib.hpp"
 
 #include "pvfs/gossip.hpp"
+#include "pvfs/unique_fd.hpp"
 #include "wire.hpp"
 
 #include <arpa/inet.h>
@@ -16,6 +17,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -438,6 +440,55 @@ struct Peer {
     std::uint64_t incarnation = 0;
 };
 
+// Device events (port down) arrive once per verbs context, and every Bmi
+// of a process shares librdmacm's contexts: whichever reads an event hands
+// it to the others here, waking each through an eventfd in its sleep.
+struct AsyncInbox {
+    std::mutex mu;
+    std::vector<std::pair<ibv_context *, ibv_event_type>> events;
+    pvfs::UniqueFd wake{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+};
+
+class AsyncHub {
+public:
+    static AsyncHub &get()
+    {
+        static AsyncHub hub;
+        return hub;
+    }
+    void subscribe(AsyncInbox *inbox)
+    {
+        const std::lock_guard lock(mu_);
+        inboxes_.push_back(inbox);
+    }
+    void unsubscribe(AsyncInbox *inbox)
+    {
+        const std::lock_guard lock(mu_);
+        std::erase(inboxes_, inbox);
+    }
+    void publish(const AsyncInbox *from, ibv_context *verbs, ibv_event_type type)
+    {
+        const std::lock_guard lock(mu_);
+        for (AsyncInbox *in : inboxes_) {
+            if (in == from)
+                continue;
+            {
+                const std::lock_guard l2(in->mu);
+                in->events.emplace_back(verbs, type);
+            }
+            // An eventfd write fails only when the count would overflow:
+            // the reader is woken already.
+            const std::uint64_t one = 1;
+            if (::write(in->wake.get(), &one, sizeof one) < 0) {
+            }
+        }
+    }
+
+private:
+    std::mutex mu_;
+    std::vector<AsyncInbox *> inboxes_;
+};
+
 class IbMethod final : public Method {
 public:
     explicit IbMethod(Core &core)
@@ -482,6 +533,9 @@ private:
     // setup
     int open_channel();
     Device *device_for(ibv_context *verbs, int &error);
+    int bind_listener(const sockaddr_storage &addr, CmId &out);
+    void on_device_event(Device &d, ibv_event_type type);
+    void drain_device_events();
     int create_qp(std::uint32_t c);
     void add_fd(int fd);
 
@@ -549,6 +603,7 @@ private:
     Core &core_;
     const std::uint64_t incarnation_;
     std::shared_ptr<Registry> registry_;
+    AsyncInbox inbox_;
     // Declaration order is destruction order reversed: connections (their
     // queue pairs) go before the devices, ids before the channel.
     Channel channel_;
@@ -575,6 +630,8 @@ private:
 IbMethod::~IbMethod()
 {
     linger();
+    if (channel_)
+        AsyncHub::get().unsubscribe(&inbox_);
     for (std::uint32_t c = 0; c < conns_.size(); ++c)
         close_conn(c, -ECANCELED, {});
     for (const int fd : fds_)
@@ -651,6 +708,8 @@ int IbMethod::open_channel()
     }
     channel_ = std::move(ch);
     add_fd(channel_->fd);
+    add_fd(inbox_.wake.get());
+    AsyncHub::get().subscribe(&inbox_);
     return 0;
 }
 
@@ -704,6 +763,24 @@ Device *IbMethod::device_for(ibv_context *verbs, int &error)
     return devices_.back().get();
 }
 
+// A listening id bound to addr (with addr's port as bound), or an error.
+int IbMethod::bind_listener(const sockaddr_storage &addr, CmId &out)
+{
+    rdma_cm_id *raw = nullptr;
+    if (rdma_create_id(channel_.get(), &raw, nullptr, RDMA_PS_TCP) != 0)
+        return -errno;
+    CmId id(raw);
+    int one = 1;
+    rdma_set_option(id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one);
+    sockaddr_storage sa = addr;
+    if (rdma_bind_addr(id.get(), reinterpret_cast<sockaddr *>(&sa)) != 0)
+        return -errno;
+    if (rdma_listen(id.get(), 1024) != 0)
+        return -errno;
+    out = std::move(id);
+    return 0;
+}
+
 std::string IbMethod::listen(std::string_view hostport)
 {
     const std::string what = "bmi ib: listen on 'ib://" + std::string(hostport) + "'";
@@ -713,21 +790,12 @@ std::string IbMethod::listen(std::string_view hostport)
     if (const int rc = open_channel(); rc != 0)
         throw std::system_error(-rc, std::generic_category(),
                                 what + ": no RDMA connection manager");
-    rdma_cm_id *raw = nullptr;
-    if (rdma_create_id(channel_.get(), &raw, nullptr, RDMA_PS_TCP) != 0)
-        throw std::system_error(errno, std::generic_category(), what);
-    CmId id(raw);
-    int one = 1;
-    rdma_set_option(id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one);
-    if (rdma_bind_addr(id.get(), reinterpret_cast<sockaddr *>(&sa)) != 0) {
-        const int err = errno;
-        throw std::system_error(err, std::generic_category(),
-                                what + (err == ENODEV || err == EADDRNOTAVAIL
+    CmId id;
+    if (const int rc = bind_listener(sa, id); rc != 0)
+        throw std::system_error(-rc, std::generic_category(),
+                                what + (rc == -ENODEV || rc == -EADDRNOTAVAIL
                                             ? ": no RDMA device has this address"
                                             : ""));
-    }
-    if (rdma_listen(id.get(), 1024) != 0)
-        throw std::system_error(errno, std::generic_category(), what);
     if (id->verbs != nullptr) {
         int err = 0;
         if (device_for(id->verbs, err) == nullptr)
@@ -993,6 +1061,7 @@ void IbMethod::handle_cm_events()
         const bool on_listener = ev->listen_id != nullptr;
         // Acked before acting: destroying an id waits for its events' acks.
         rdma_ack_cm_event(ev);
+        gossip::debug(gossip::Mask::ib, "cm event {} (status {})", rdma_event_str(type), status);
         if (type == RDMA_CM_EVENT_CONNECT_REQUEST && on_listener) {
             on_connect_request(id, pdata, initiator, responder);
             continue;
@@ -2146,8 +2215,10 @@ void IbMethod::progress(int timeout_ms)
     // readable: a poll round costs no system call of this method's.
     const bool drain = core_.internal_ready || timeout_ms > 0;
     core_.internal_ready = false;
-    if (drain)
+    if (drain) {
         handle_cm_events();
+        drain_device_events();
+    }
     for (auto &dp : devices_) {
         Device &d = *dp;
         if (!drain) {
@@ -2158,14 +2229,8 @@ void IbMethod::progress(int timeout_ms)
         while (ibv_get_async_event(d.verbs, &ae) == 0) {
             const ibv_event_type t = ae.event_type;
             ibv_ack_async_event(&ae);
-            if (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL) {
-                gossip::warning(gossip::Mask::ib, "{}: {}: failing its connections", d.name,
-                                ibv_event_type_str(t));
-                for (std::uint32_t c = 0; c < conns_.size(); ++c) {
-                    if (conns_[c]->dev == &d && conns_[c]->state != ConnState::closed)
-                        close_conn(c, -ENETDOWN, "link down");
-                }
-            }
+            AsyncHub::get().publish(&inbox_, d.verbs, t);
+            on_device_event(d, t);
         }
         ibv_cq *cq = nullptr;
         void *ctx = nullptr;
@@ -2191,6 +2256,38 @@ void IbMethod::progress(int timeout_ms)
             poll_cq(*dp);
     }
     ping_waiting_peers();
+}
+
+void IbMethod::on_device_event(Device &d, ibv_event_type type)
+{
+    gossip::debug(gossip::Mask::ib, "{}: async event {}", d.name, ibv_event_type_str(type));
+    if (type != IBV_EVENT_PORT_ERR && type != IBV_EVENT_DEVICE_FATAL)
+        return;
+    gossip::warning(gossip::Mask::ib, "{}: {}: failing its connections", d.name,
+                    ibv_event_type_str(type));
+    for (std::uint32_t c = 0; c < conns_.size(); ++c) {
+        if (conns_[c]->dev == &d && conns_[c]->state != ConnState::closed)
+            close_conn(c, -ENETDOWN, "link down");
+    }
+}
+
+// Events another Bmi of this process read from a shared device.
+void IbMethod::drain_device_events()
+{
+    std::uint64_t n = 0;
+    if (::read(inbox_.wake.get(), &n, sizeof n) != static_cast<ssize_t>(sizeof n))
+        return;
+    std::vector<std::pair<ibv_context *, ibv_event_type>> events;
+    {
+        const std::lock_guard lock(inbox_.mu);
+        events.swap(inbox_.events);
+    }
+    for (const auto &[verbs, type] : events) {
+        for (auto &d : devices_) {
+            if (d->verbs == verbs)
+                on_device_event(*d, type);
+        }
+    }
 }
 
 // Completion notices are armed only before a sleep (arming is a system
