@@ -221,7 +221,8 @@ public:
             static_cast<std::byte *>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
         if (!mem)
             return false;
-        Mr mr(ibv_reg_mr(pd, mem.get(), bytes, IBV_ACCESS_LOCAL_WRITE));
+        const int access = IBV_ACCESS_LOCAL_WRITE; // an int: ibv_reg_mr is also a macro
+        Mr mr(ibv_reg_mr(pd, mem.get(), bytes, access));
         if (!mr)
             return false;
         chunks_.push_back(Chunk{std::move(mem), std::move(mr)});
