@@ -76,6 +76,9 @@ enum class Info : std::uint8_t {
     open_connections,      // get: connections currently open
     direct_sends,          // get: messages above the eager limit sent at once
                            // into a receive the peer announced (no RTS/CTS)
+    registrations,         // get: memory registrations the ib method made
+                           // for transfers (not memalloc / register_memory)
+    registration_hits,     // get: transfers served by a cached registration
 };
 
 // A contiguous piece of a list send / receive.
@@ -156,6 +159,22 @@ private:
     std::shared_ptr<void> keep_;
 };
 
+// A registration of caller-owned memory with the transports
+// (Bmi::register_memory): lasts as long as the handle.  Move-only.
+class Registration {
+public:
+    Registration() = default;
+    explicit Registration(std::shared_ptr<void> keep) : keep_(std::move(keep)) {}
+    Registration(Registration &&) noexcept = default;
+    Registration &operator=(Registration &&) noexcept = default;
+    Registration(const Registration &) = delete;
+    Registration &operator=(const Registration &) = delete;
+    ~Registration() = default;
+
+private:
+    std::shared_ptr<void> keep_;
+};
+
 class Core;
 
 class Bmi {
@@ -219,6 +238,13 @@ public:
     int cancel(OpId op);
 
     [[nodiscard]] Memory memalloc(Addr peer, std::size_t size) const;
+    // Registers [data, data + size), memory the caller keeps, with the
+    // transports for as long as the handle lives, so that transfers from or
+    // into any part of it register nothing: a list I/O's whole parent
+    // buffer, a daemon's data buffers.  The memory must stay mapped while
+    // the handle lives (the registration pins its pages).  Without RDMA in
+    // use it registers nothing.
+    [[nodiscard]] Registration register_memory(void *data, std::size_t size);
 
     // Adds fd to what test* sleeps on: a test* call returns early (having
     // reaped what is ready, possibly nothing) once fd is readable, so that

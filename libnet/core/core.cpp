@@ -710,6 +710,8 @@ int Core::set_info(Info key, std::uint64_t value)
     case Info::engine:
     case Info::open_connections:
     case Info::direct_sends:
+    case Info::registrations:
+    case Info::registration_hits:
         return -EINVAL;
     }
     return -EINVAL;
@@ -742,6 +744,13 @@ std::uint64_t Core::get_info(Info key) const
         std::uint64_t n = 0;
         for (const auto &m : methods_)
             n += m->direct_sends();
+        return n;
+    }
+    case Info::registrations:
+    case Info::registration_hits: {
+        std::uint64_t n = 0;
+        for (const auto &m : methods_)
+            n += m->counter(key);
         return n;
     }
     case Info::drop_addr:
@@ -890,6 +899,23 @@ int Bmi::cancel(OpId op)
 Memory Bmi::memalloc(Addr /*peer*/, std::size_t size) const
 {
     return core_->memalloc(size);
+}
+
+Registration Bmi::register_memory(void *data, std::size_t size)
+{
+    return core_->register_memory(data, size);
+}
+
+Registration Core::register_memory(void *data, std::size_t size)
+{
+    std::vector<std::shared_ptr<void>> regs;
+    for (auto &m : methods_) {
+        if (auto r = m->register_memory(data, size))
+            regs.push_back(std::move(r));
+    }
+    if (regs.empty())
+        return {};
+    return Registration(std::make_shared<std::vector<std::shared_ptr<void>>>(std::move(regs)));
 }
 
 int Bmi::watch_fd(int fd)

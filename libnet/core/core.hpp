@@ -142,6 +142,8 @@ public:
     }
     [[nodiscard]] virtual std::uint64_t open_connections() const = 0;
     [[nodiscard]] virtual std::uint64_t direct_sends() const = 0;
+    // Counters of get_info the method keeps (registrations, ...); 0 if none.
+    [[nodiscard]] virtual std::uint64_t counter(Info /*key*/) const { return 0; }
     [[nodiscard]] virtual std::uint64_t engine() const = 0;
 };
 
@@ -229,6 +231,7 @@ public:
                                int max_idle_ms);
     int cancel(OpId id);
     [[nodiscard]] Memory memalloc(std::size_t size);
+    [[nodiscard]] Registration register_memory(void *data, std::size_t size);
     int watch_fd(int fd);
     int unwatch_fd(int fd);
     int set_info(Info key, std::uint64_t value);

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1158,8 +1159,86 @@ ATF_TEST_CASE_BODY(link_down_mid_transfer_ib)
     }
 }
 
+namespace {
+
+// Anonymous memory at a given address (MAP_FIXED) or anywhere.
+unsigned char *map_at(void *where, std::size_t size)
+{
+    const int fixed = where != nullptr ? MAP_FIXED : 0;
+    void *m =
+        ::mmap(where, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed, -1, 0);
+    ATF_REQUIRE(m != MAP_FAILED);
+    if (where != nullptr)
+        ATF_REQUIRE_EQ(m, where);
+    return static_cast<unsigned char *>(m);
+}
+
+} // namespace
+
+// The registration cache: a buffer used again is not registered again, and
+// memory freed and mapped anew at the same address is never reached through
+// the old registration, on the sending side (which would send the old
+// pages) or the receiving side (which would fill them).
+ATF_TEST_CASE_WITHOUT_HEAD(registration_cache_ib);
+ATF_TEST_CASE_BODY(registration_cache_ib)
+{
+    use_ib();
+    Pair p;
+    p.hello();
+    constexpr std::size_t size = std::size_t{4} << 20;
+    unsigned char *sbuf = map_at(nullptr, size);
+    unsigned char *rbuf = map_at(nullptr, size);
+    int tag = 40;
+    const auto transfer = [&](unsigned seed) {
+        const std::vector<unsigned char> want = pattern(size, seed);
+        std::memcpy(sbuf, want.data(), size);
+        std::memset(rbuf, 0, size);
+        const bmi::Post r = p.server.post_recv(p.to_client, rbuf, size, tag, nullptr, p.sctx);
+        const bmi::Post s = p.client.post_send(p.to_server, sbuf, size, tag, nullptr, p.cctx);
+        ++tag;
+        ATF_REQUIRE_EQ(finish(p.client, s, p.server).error, 0);
+        ATF_REQUIRE_EQ(finish(p.server, r, p.client).actual_size, size);
+        ATF_REQUIRE(std::memcmp(rbuf, want.data(), size) == 0);
+    };
+    const auto regs = [](bmi::Bmi &b) { return b.get_info(bmi::Info::registrations); };
+    const auto hits = [](bmi::Bmi &b) { return b.get_info(bmi::Info::registration_hits); };
+    const std::uint64_t c0 = regs(p.client);
+    const std::uint64_t s0 = regs(p.server);
+    transfer(1);
+    transfer(2);
+    transfer(3);
+    // Registered once each side, then found in the cache.
+    ATF_REQUIRE_EQ(regs(p.client) - c0, 1U);
+    ATF_REQUIRE_EQ(regs(p.server) - s0, 1U);
+    ATF_REQUIRE(hits(p.client) >= 2 && hits(p.server) >= 2);
+    // The sender's buffer is freed and new memory mapped at its address.
+    ATF_REQUIRE_EQ(::munmap(sbuf, size), 0);
+    ATF_REQUIRE_EQ(map_at(sbuf, size), sbuf);
+    transfer(4);
+    ATF_REQUIRE_EQ(regs(p.client) - c0, 2U);
+    // The receiver's too.
+    ATF_REQUIRE_EQ(::munmap(rbuf, size), 0);
+    ATF_REQUIRE_EQ(map_at(rbuf, size), rbuf);
+    transfer(5);
+    ATF_REQUIRE_EQ(regs(p.server) - s0, 2U);
+    // Half of it replaced: still detected (every page is checked).
+    ATF_REQUIRE_EQ(map_at(sbuf + size / 2, size / 2), sbuf + size / 2);
+    transfer(6);
+    ATF_REQUIRE_EQ(regs(p.client) - c0, 3U);
+    // A caller-registered buffer (register_memory) needs none at all.
+    {
+        const bmi::Registration keep = p.client.register_memory(sbuf, size);
+        const std::uint64_t before = regs(p.client) + hits(p.client);
+        transfer(7);
+        ATF_REQUIRE_EQ(regs(p.client) + hits(p.client), before);
+    }
+    ::munmap(sbuf, size);
+    ::munmap(rbuf, size);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, registration_cache_ib);
     ATF_ADD_TEST_CASE(tcs, link_down_mid_transfer_ib);
     ATF_ADD_TEST_CASE(tcs, unexpected_flow_epoll);
     ATF_ADD_TEST_CASE(tcs, unexpected_flow_ib);

@@ -66,6 +66,10 @@ constexpr std::uint32_t pool_chunk = 64;         // buffers per registration
 constexpr std::uint32_t max_send_buffers = 4096; // per device
 constexpr std::uint32_t max_srq_buffers = 16384; // per device
 constexpr std::size_t bucket_count = 4096;
+constexpr std::uintptr_t page_size = 4096; // /proc/self/pagemap's unit on x86-64
+// Bounds of the registration cache per device (pinned memory).
+constexpr std::size_t cache_max_bytes = std::size_t{512} << 20U;
+constexpr std::size_t cache_max_entries = 256;
 // How long a closing Bmi waits for its posted sends to leave.
 constexpr std::chrono::milliseconds linger_time{1000};
 constexpr int max_wc = 32;
@@ -260,6 +264,16 @@ private:
     std::uint32_t count_ = 0;
 };
 
+// A cached registration of user memory, with the page frame of each page
+// when it was registered.
+struct CachedMr {
+    Mr mr;
+    std::uintptr_t start = 0;
+    std::size_t len = 0;
+    std::vector<std::uint64_t> frames;
+    std::uint64_t last_use = 0;
+};
+
 struct Device {
     ibv_context *verbs = nullptr;
     std::shared_ptr<ibv_pd> pd;
@@ -276,56 +290,91 @@ struct Device {
     std::uint32_t srq_target = 0; // receive buffers the SRQ should hold
     std::uint32_t srq_posted = 0;
     std::string name;
+    // Registrations of user buffers, by start (see IbMethod::cached_mr).
+    std::map<std::uintptr_t, std::shared_ptr<CachedMr>> cache;
+    std::size_t cache_bytes = 0;
 };
 
-// Memory registered for as long as its owner wants (memalloc), looked up
-// by address so transfers from and into it need no registration of their own.
+// Memory registered for as long as its owner wants (memalloc,
+// register_memory), looked up by address so transfers from and into it need
+// no registration of their own.  Registered on every device the method has
+// open, including those it opens later.
 class Registry {
 public:
-    struct Region {
-        std::uintptr_t start = 0;
-        std::size_t len = 0;
-        std::vector<std::pair<ibv_pd *, ibv_mr *>> mrs;
-    };
-    void add(Region r)
+    // Registers [start, start + len) on pds; returns its id, 0 if no device
+    // took it.
+    std::uint64_t add(std::uintptr_t start, std::size_t len,
+                      const std::vector<std::shared_ptr<ibv_pd>> &pds)
     {
+        Region r;
+        r.start = start;
+        r.len = len;
+        for (const auto &pd : pds)
+            reg_on(r, pd);
         const std::lock_guard lock(mu_);
-        regions_[r.start] = std::move(r);
+        const std::uint64_t id = ++next_id_;
+        regions_.emplace(std::pair{start, id}, std::move(r));
+        return id;
     }
-    void remove(std::uintptr_t start)
+    void remove(std::uintptr_t start, std::uint64_t id)
     {
         const std::lock_guard lock(mu_);
-        regions_.erase(start);
+        regions_.erase({start, id});
     }
-    // The registration of pd covering [a, a + n), or nullptr.
-    ibv_mr *find(std::uintptr_t a, std::size_t n, ibv_pd *pd)
+    // A device opened: every region is registered on it too.
+    void add_device(const std::shared_ptr<ibv_pd> &pd)
     {
         const std::lock_guard lock(mu_);
-        auto it = regions_.upper_bound(a);
-        if (it == regions_.begin())
-            return nullptr;
-        --it;
-        const Region &r = it->second;
-        if (a < r.start || a + n > r.start + r.len)
-            return nullptr;
-        for (const auto &[p, mr] : r.mrs) {
-            if (p == pd)
-                return mr;
+        for (auto &[key, r] : regions_)
+            reg_on(r, pd);
+    }
+    // The registration on pd covering [a, a + n), or nullptr.
+    ibv_mr *find(std::uintptr_t a, std::size_t n, const ibv_pd *pd)
+    {
+        const std::lock_guard lock(mu_);
+        for (auto it = regions_.upper_bound({a, ~std::uint64_t{0}}); it != regions_.begin();) {
+            --it;
+            const Region &r = it->second;
+            if (a + n > r.start + r.len)
+                continue; // an earlier region may still hold it
+            for (std::size_t k = 0; k < r.pds.size(); ++k) {
+                if (r.pds[k].get() == pd)
+                    return r.mrs[k].get();
+            }
         }
         return nullptr;
     }
 
 private:
+    struct Region {
+        std::uintptr_t start = 0;
+        std::size_t len = 0;
+        std::vector<std::shared_ptr<ibv_pd>> pds; // declared first: outlives mrs
+        std::vector<Mr> mrs;
+    };
+    static void reg_on(Region &r, const std::shared_ptr<ibv_pd> &pd)
+    {
+        // NOLINTNEXTLINE(performance-no-int-to-ptr): the region's own address
+        Mr mr(ibv_reg_mr(pd.get(), reinterpret_cast<void *>(r.start), r.len, remote_access));
+        if (!mr) {
+            gossip::warning(gossip::Mask::ib, "cannot register {} bytes: {}", r.len,
+                            errno_text(errno));
+            return;
+        }
+        r.pds.push_back(pd);
+        r.mrs.push_back(std::move(mr));
+    }
+
     std::mutex mu_; // Memory may be freed by another thread than the Bmi's
-    std::map<std::uintptr_t, Region> regions_;
+    std::map<std::pair<std::uintptr_t, std::uint64_t>, Region> regions_;
+    std::uint64_t next_id_ = 0;
 };
 
-// A memalloc registration: removed from the registry, then deregistered.
+// A memalloc / register_memory registration: deregistered when dropped.
 struct RegionHandle {
-    std::vector<std::shared_ptr<ibv_pd>> pds;
-    std::vector<Mr> mrs;
     std::shared_ptr<Registry> registry;
     std::uintptr_t start = 0;
+    std::uint64_t id = 0;
     RegionHandle() = default;
     RegionHandle(const RegionHandle &) = delete;
     RegionHandle &operator=(const RegionHandle &) = delete;
@@ -334,7 +383,7 @@ struct RegionHandle {
     ~RegionHandle()
     {
         if (registry)
-            registry->remove(start);
+            registry->remove(start, id);
     }
 };
 
@@ -350,12 +399,13 @@ enum : std::uint8_t {
 
 // Per-op state that does not fit in Op.
 struct OpX {
-    std::vector<Mr> mrs;             // registrations made for this op
-    std::vector<std::uint32_t> keys; // lkey (receive) / rkey (send) per buffer
-    std::vector<Segment> remote;     // receive: the sender's segments
-    std::size_t size = 0;            // receive: the message length
-    std::size_t posted = 0;          // receive: bytes with a READ posted
-    std::uint32_t inflight = 0;      // READs in flight into the op's memory
+    std::vector<Mr> mrs;                           // registrations made for this op
+    std::vector<std::shared_ptr<CachedMr>> cached; // cache entries it uses
+    std::vector<std::uint32_t> keys;               // lkey (receive) / rkey (send) per buffer
+    std::vector<Segment> remote;                   // receive: the sender's segments
+    std::size_t size = 0;                          // receive: the message length
+    std::size_t posted = 0;                        // receive: bytes with a READ posted
+    std::uint32_t inflight = 0;                    // READs in flight into the op's memory
     bool cancelling = false;
     int cancel_error = 0;
 };
@@ -519,6 +569,12 @@ public:
     [[nodiscard]] std::uint64_t open_connections() const override;
     [[nodiscard]] std::uint64_t direct_sends() const override { return 0; }
     [[nodiscard]] std::uint64_t engine() const override { return 0; }
+    [[nodiscard]] std::uint64_t counter(Info key) const override
+    {
+        return key == Info::registrations       ? registrations_
+               : key == Info::registration_hits ? registration_hits_
+                                                : 0;
+    }
 
 private:
     Op &op(std::uint32_t i) { return core_.ops[i]; }
@@ -575,6 +631,9 @@ private:
     bool post_read(std::uint32_t c, std::uint32_t i);
     bool start_send(std::uint32_t i, Peer &p);
     int register_op(std::uint32_t i, Device &d, int access);
+    std::shared_ptr<CachedMr> cached_mr(Device &d, std::uintptr_t a, std::size_t n, int &error);
+    bool read_frames(std::uintptr_t start, std::size_t pages, std::vector<std::uint64_t> &out);
+    bool frames_visible();
 
     // receiving
     enum class Verdict : std::uint8_t { consumed, hold, closed };
@@ -624,6 +683,12 @@ private:
     std::vector<std::uint32_t> pending_; // connections with frames or READs to post
     std::vector<std::uint32_t> scratch_;
     Clock::time_point last_ping_round_;
+    pvfs::UniqueFd pagemap_;
+    bool frames_checked_ = false;
+    std::vector<std::uint64_t> frames_;
+    std::uint64_t use_clock_ = 0;
+    std::uint64_t registrations_ = 0;
+    std::uint64_t registration_hits_ = 0;
 };
 
 // ------------------------------------------------------------ setup, peers
@@ -755,6 +820,7 @@ Device *IbMethod::device_for(ibv_context *verbs, int &error)
     const std::size_t buf = header_size + std::max(core_.limits.eager, core_.limits.unexpected);
     d->recv.init(buf);
     d->send.init(buf);
+    registry_->add_device(d->pd);
     add_fd(d->comp->fd);
     // Port state changes (link down) come as async events on the device.
     add_fd(verbs->async_fd);
@@ -832,32 +898,124 @@ std::uint64_t IbMethod::open_connections() const
 
 std::shared_ptr<void> IbMethod::register_memory(void *data, std::size_t size)
 {
-    // Only devices already in use: a process that never touches ib pins
-    // nothing.  Transfers from memory registered before a device opened
-    // register per op instead.
-    if (devices_.empty() || size == 0)
+    // Registered on the devices open now and on those opened later; a
+    // process that never uses ib registers (pins) nothing.
+    if (!channel_ || size == 0)
         return nullptr;
+    std::vector<std::shared_ptr<ibv_pd>> pds;
+    for (const auto &d : devices_)
+        pds.push_back(d->pd);
     auto handle = std::make_shared<RegionHandle>();
-    Registry::Region region;
-    region.start = reinterpret_cast<std::uintptr_t>(data);
-    region.len = size;
-    for (auto &d : devices_) {
-        Mr mr(ibv_reg_mr(d->pd.get(), data, size, remote_access));
-        if (!mr) {
-            gossip::warning(gossip::Mask::ib, "{}: cannot register {} bytes: {}", d->name, size,
-                            errno_text(errno));
-            continue;
-        }
-        region.mrs.emplace_back(d->pd.get(), mr.get());
-        handle->pds.push_back(d->pd);
-        handle->mrs.push_back(std::move(mr));
-    }
-    if (region.mrs.empty())
-        return nullptr;
     handle->registry = registry_;
-    handle->start = region.start;
-    registry_->add(std::move(region));
+    handle->start = reinterpret_cast<std::uintptr_t>(data);
+    handle->id = registry_->add(handle->start, size, pds);
     return handle;
+}
+
+// The registration of [a, a + n) from the device's cache, made (and cached)
+// if there is none.  Before a cached one is used, every page of the buffer
+// is checked to still be the page frame registered: a registration pins its
+// pages, so memory freed and mapped again at the same address necessarily
+// has other frames, and a stale registration is never used.  nullptr when
+// registering fails (*error set).
+std::shared_ptr<CachedMr> IbMethod::cached_mr(Device &d, std::uintptr_t a, std::size_t n,
+                                              int &error)
+{
+    const std::uintptr_t ps = a & ~(page_size - 1);
+    const std::uintptr_t pe = (a + n + page_size - 1) & ~(page_size - 1);
+    const std::size_t pages = (pe - ps) / page_size;
+    if (!read_frames(ps, pages, frames_)) {
+        error = -EIO;
+        return nullptr;
+    }
+    if (auto it = d.cache.upper_bound(ps); it != d.cache.begin()) {
+        --it;
+        std::shared_ptr<CachedMr> e = it->second;
+        if (e->start <= ps && e->start + e->len >= pe) {
+            const auto first = static_cast<std::ptrdiff_t>((ps - e->start) / page_size);
+            if (std::equal(frames_.begin(), frames_.end(), e->frames.begin() + first)) {
+                ++registration_hits_;
+                e->last_use = ++use_clock_;
+                return e;
+            }
+            gossip::debug(gossip::Mask::ib, "{}: cached registration of {:#x}+{} is stale", d.name,
+                          e->start, e->len);
+            d.cache_bytes -= e->len;
+            d.cache.erase(it); // ops in flight keep it until they end
+        }
+    }
+    auto e = std::make_shared<CachedMr>();
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): the caller's buffer, page-aligned
+    e->mr.reset(ibv_reg_mr(d.pd.get(), reinterpret_cast<void *>(ps), pe - ps, remote_access));
+    if (!e->mr) {
+        error = errno != 0 ? -errno : -ENOMEM;
+        gossip::warning(gossip::Mask::ib, "{}: cannot register {} bytes: {}", d.name, pe - ps,
+                        errno_text(-error));
+        return nullptr;
+    }
+    ++registrations_;
+    e->start = ps;
+    e->len = pe - ps;
+    // Read after registering: the pages are present and pinned now.
+    if (!read_frames(ps, pages, e->frames)) {
+        error = -EIO;
+        return nullptr;
+    }
+    e->last_use = ++use_clock_;
+    if (auto old = d.cache.find(ps); old != d.cache.end()) {
+        d.cache_bytes -= old->second->len;
+        d.cache.erase(old);
+    }
+    d.cache.emplace(ps, e);
+    d.cache_bytes += e->len;
+    // Least recently used entries go beyond the bounds, unless in use.
+    while (d.cache_bytes > cache_max_bytes || d.cache.size() > cache_max_entries) {
+        auto victim = d.cache.end();
+        for (auto it = d.cache.begin(); it != d.cache.end(); ++it) {
+            if (it->second.use_count() == 1 &&
+                (victim == d.cache.end() || it->second->last_use < victim->second->last_use))
+                victim = it;
+        }
+        if (victim == d.cache.end())
+            break;
+        d.cache_bytes -= victim->second->len;
+        d.cache.erase(victim);
+    }
+    return e;
+}
+
+// The page frame of each of `pages` pages from start (0: not present).
+bool IbMethod::read_frames(std::uintptr_t start, std::size_t pages, std::vector<std::uint64_t> &out)
+{
+    out.resize(pages);
+    const std::size_t bytes = pages * sizeof(std::uint64_t);
+    const auto off = static_cast<off_t>(start / page_size * sizeof(std::uint64_t));
+    if (::pread(pagemap_.get(), out.data(), bytes, off) != static_cast<ssize_t>(bytes))
+        return false;
+    constexpr std::uint64_t present = std::uint64_t{1} << 63U;
+    constexpr std::uint64_t pfn_mask = (std::uint64_t{1} << 55U) - 1;
+    for (std::uint64_t &e : out)
+        e = (e & present) != 0 ? (e & pfn_mask) : 0;
+    return true;
+}
+
+// The cache needs page frames, which /proc/self/pagemap shows only to
+// privileged processes (CAP_SYS_ADMIN); others register per transfer.
+bool IbMethod::frames_visible()
+{
+    if (frames_checked_)
+        return pagemap_.valid();
+    frames_checked_ = true;
+    pagemap_ = pvfs::UniqueFd(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+    volatile std::uint64_t probe = 1; // a touched, present page: the stack
+    std::vector<std::uint64_t> f;
+    const auto addr = reinterpret_cast<std::uintptr_t>(&probe);
+    if (!pagemap_.valid() || !read_frames(addr, 1, f) || f[0] == 0) {
+        pagemap_.reset();
+        gossip::debug(gossip::Mask::ib, "page frames are hidden: no registration cache");
+        return false;
+    }
+    return true;
 }
 
 // ------------------------------------------------------------- connections
@@ -1591,6 +1749,19 @@ int IbMethod::register_op(std::uint32_t i, Device &d, int access)
             x.keys.push_back((access & IBV_ACCESS_REMOTE_READ) != 0 ? mr->rkey : mr->lkey);
             continue;
         }
+        if (frames_visible()) {
+            int error = 0;
+            auto e = cached_mr(d, reinterpret_cast<std::uintptr_t>(b.data), b.size, error);
+            if (!e) {
+                x.mrs.clear();
+                x.cached.clear();
+                return error;
+            }
+            x.keys.push_back((access & IBV_ACCESS_REMOTE_READ) != 0 ? e->mr->rkey : e->mr->lkey);
+            x.cached.push_back(std::move(e));
+            continue;
+        }
+        ++registrations_;
         Mr mr(ibv_reg_mr(d.pd.get(), b.data, b.size, access));
         if (!mr) {
             const int err = errno != 0 ? errno : ENOMEM;
@@ -2068,6 +2239,7 @@ void IbMethod::unlink(std::uint32_t i)
     if (i < opx_.size()) {
         OpX &x = opx_[i];
         x.mrs.clear();
+        x.cached.clear();
         x.keys.clear();
         x.remote.clear();
         x.inflight = 0;
