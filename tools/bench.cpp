@@ -237,6 +237,39 @@ struct Phase {
     std::int64_t error = 0;
 };
 
+// What the setup helper hands back.
+struct Setup {
+    int status = tools::exit_failure; // 0: the file is made
+    Layout layout;
+    Handle parent = 0;
+    Handle file = 0;
+};
+
+// Runs fn(out) in a child process and copies out back through a pipe.  False
+// when the child died without answering (it printed why).
+template <typename Fn> bool in_child(Setup &out, const Fn &fn)
+{
+    std::array<int, 2> fds{};
+    if (::pipe2(fds.data(), O_CLOEXEC) != 0)
+        throw std::runtime_error("pipe");
+    const UniqueFd rd(fds[0]);
+    UniqueFd wr(fds[1]);
+    const pid_t pid = ::fork();
+    if (pid < 0)
+        throw std::runtime_error("fork");
+    if (pid == 0) {
+        Setup result;
+        fn(result);
+        const bool sent = tools::write_all(wr.get(), &result, sizeof result);
+        std::fflush(nullptr);
+        ::_exit(sent ? 0 : 1);
+    }
+    wr.reset();
+    const bool got = tools::read_all(rd.get(), &out, sizeof out);
+    ::waitpid(pid, nullptr, 0);
+    return got;
+}
+
 } // namespace
 
 static int run(int argc, char **argv)
@@ -285,39 +318,59 @@ static int run(int argc, char **argv)
     plan.region = region.value;
     plan.block = static_cast<std::size_t>(block.value);
 
-    std::unique_ptr<client::Client> c;
+    // The file system is reached from short-lived helper processes only:
+    // the clients forked below must start without a transport of this
+    // process's (an RDMA device context does not survive fork).
+    const bool pvfs_target = plan.local.empty();
     Layout layout;
-    Attr parent;
+    Handle parent = 0;
     std::string name;
-    if (plan.local.empty()) {
-        c = tools::connect_or_exit("pvfs-bench", plan.target);
-        layout = c->cluster().defaults.default_layout;
-        if (stripe_count != 0)
-            layout.stripe_count = stripe_count;
-        if (!stripe_text.empty()) {
-            const config::Quantity q = config::parse_size(stripe_text);
-            if (!q.ok() || q.value > UINT32_MAX) {
-                fmt::print(stderr, "pvfs-bench: --stripe-size {}: {}\n", stripe_text,
-                           q.ok() ? "too large" : q.error);
-                return tools::exit_usage;
-            }
-            layout.stripe_size = static_cast<std::uint32_t>(q.value);
-        }
-        if (const int rc = tools::resolve_parent(*c, path, parent, name); rc != 0) {
-            tools::report("pvfs-bench", path, rc);
+    if (pvfs_target) {
+        Setup setup;
+        if (!in_child(setup, [&](Setup &out) {
+                const std::unique_ptr<client::Client> c =
+                    tools::connect_or_exit("pvfs-bench", plan.target);
+                out.layout = c->cluster().defaults.default_layout;
+                if (stripe_count != 0)
+                    out.layout.stripe_count = stripe_count;
+                if (!stripe_text.empty()) {
+                    const config::Quantity q = config::parse_size(stripe_text);
+                    if (!q.ok() || q.value > UINT32_MAX) {
+                        fmt::print(stderr, "pvfs-bench: --stripe-size {}: {}\n", stripe_text,
+                                   q.ok() ? "too large" : q.error);
+                        out.status = tools::exit_usage;
+                        return;
+                    }
+                    out.layout.stripe_size = static_cast<std::uint32_t>(q.value);
+                }
+                Attr dir;
+                std::string leaf;
+                if (const int rc = tools::resolve_parent(*c, path, dir, leaf); rc != 0) {
+                    tools::report("pvfs-bench", path, rc);
+                    return;
+                }
+                const int gone = c->unlink(dir.handle, leaf);
+                if (gone != 0 && gone != -ENOENT) {
+                    tools::report("pvfs-bench", "removing the old " + path, gone);
+                    return;
+                }
+                Attr file;
+                if (const int rc = c->create(dir.handle, leaf, 0644, true, out.layout, file);
+                    rc != 0) {
+                    tools::report("pvfs-bench", "creating " + path, rc);
+                    return;
+                }
+                out.parent = dir.handle;
+                out.file = file.handle;
+                out.status = 0;
+            }))
             return tools::exit_failure;
-        }
-        const int gone = c->unlink(parent.handle, name);
-        if (gone != 0 && gone != -ENOENT) {
-            tools::report("pvfs-bench", "removing the old " + path, gone);
-            return tools::exit_failure;
-        }
-        Attr file;
-        if (const int rc = c->create(parent.handle, name, 0644, true, layout, file); rc != 0) {
-            tools::report("pvfs-bench", "creating " + path, rc);
-            return tools::exit_failure;
-        }
-        plan.file = file.handle;
+        if (setup.status != 0)
+            return setup.status;
+        layout = setup.layout;
+        parent = setup.parent;
+        plan.file = setup.file;
+        name = path.substr(path.rfind('/') + 1);
     } else {
         if (stripe_count != 0 || !stripe_text.empty()) {
             fmt::print(stderr, "pvfs-bench: --stripe-count and --stripe-size are for pvfs, not "
@@ -403,10 +456,16 @@ static int run(int argc, char **argv)
     for (const pid_t pid : pids)
         ::waitpid(pid, nullptr, 0);
     if (!keep) {
-        if (c)
-            static_cast<void>(c->unlink(parent.handle, name));
-        else
+        if (pvfs_target) {
+            Setup done;
+            static_cast<void>(in_child(done, [&](Setup &) {
+                const std::unique_ptr<client::Client> c =
+                    tools::connect_or_exit("pvfs-bench", plan.target);
+                static_cast<void>(c->unlink(parent, name));
+            }));
+        } else {
             static_cast<void>(::unlink(path.c_str()));
+        }
     }
 
     auto error_of = [](std::int64_t e) {
@@ -414,10 +473,10 @@ static int run(int argc, char **argv)
     };
     if (json) {
         nlohmann::json out{{"clients", clients},
-                           {"target", c ? "pvfs" : "local"},
+                           {"target", pvfs_target ? "pvfs" : "local"},
                            {"block", plan.block},
                            {"bytes", bytes[0]}};
-        if (c) {
+        if (pvfs_target) {
             out["stripe_count"] = layout.stripe_count;
             out["stripe_size"] = layout.stripe_size;
         }
@@ -438,8 +497,8 @@ static int run(int argc, char **argv)
     } else {
         for (std::size_t ph = 0; ph < 2; ++ph) {
             const Phase &p = phases.at(ph);
-            const std::string where =
-                c ? fmt::format("servers={}", layout.stripe_count) : "local=" + plan.local;
+            const std::string where = pvfs_target ? fmt::format("servers={}", layout.stripe_count)
+                                                  : "local=" + plan.local;
             const char *what = ph == 0 ? "write" : (plan.random_reads != 0 ? "randread" : "read");
             if (p.error != 0) {
                 fmt::print("{} clients={} {}: FAILED: {}\n", what, clients, where,

@@ -1236,8 +1236,42 @@ ATF_TEST_CASE_BODY(registration_cache_ib)
     ::munmap(rbuf, size);
 }
 
+// A process forked from one that opened RDMA devices cannot use them (the
+// kernel refuses the inherited contexts): ib posts there fail at once with
+// a clear error instead of failing obscurely later.
+ATF_TEST_CASE_WITHOUT_HEAD(fork_after_open_ib);
+ATF_TEST_CASE_BODY(fork_after_open_ib)
+{
+    use_ib();
+    Pair p;
+    p.hello();
+    const std::string url = p.server.listen_addresses().at(0);
+    const pid_t child = ::fork();
+    ATF_REQUIRE(child >= 0);
+    if (child == 0) {
+        bmi::Bmi c(client_options());
+        const bmi::ContextId ctx = c.open_context();
+        const bmi::Addr a = c.addr_lookup(url);
+        const int v = 1;
+        const bmi::Post s = c.post_send(a, &v, sizeof v, 1, nullptr, ctx);
+        ::_exit(s.error == -ENOTSUP ? 0 : 1);
+    }
+    int status = 0;
+    ATF_REQUIRE_EQ(::waitpid(child, &status, 0), child);
+    ATF_REQUIRE(WIFEXITED(status));
+    ATF_REQUIRE_EQ(WEXITSTATUS(status), 0);
+    // And this process goes on using its own.
+    int got = 0;
+    const bmi::Post r = p.server.post_recv(p.to_client, &got, sizeof got, 2, nullptr, p.sctx);
+    const int v = 9;
+    finish(p.client, p.client.post_send(p.to_server, &v, sizeof v, 2, nullptr, p.cctx), p.server);
+    ATF_REQUIRE_EQ(finish(p.server, r, p.client).error, 0);
+    ATF_REQUIRE_EQ(got, 9);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, fork_after_open_ib);
     ATF_ADD_TEST_CASE(tcs, registration_cache_ib);
     ATF_ADD_TEST_CASE(tcs, link_down_mid_transfer_ib);
     ATF_ADD_TEST_CASE(tcs, unexpected_flow_epoll);

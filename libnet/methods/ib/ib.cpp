@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -759,10 +761,38 @@ void IbMethod::add_fd(int fd)
     fds_.push_back(fd);
 }
 
+// Set in a child forked from a process that had opened RDMA devices:
+// librdmacm's device contexts are inherited but the kernel refuses their
+// use from another process, so every verbs call would fail with EACCES.
+// NOLINTBEGIN(cppcoreguidelines-avoid-non-const-global-variables): process-wide facts
+std::atomic<bool> g_rdma_opened{false};
+std::atomic<bool> g_forked_after_rdma{false};
+// NOLINTEND(cppcoreguidelines-avoid-non-const-global-variables)
+
+void note_rdma_opened()
+{
+    static const bool registered = [] {
+        ::pthread_atfork(nullptr, nullptr, [] {
+            if (g_rdma_opened.load())
+                g_forked_after_rdma.store(true);
+        });
+        return true;
+    }();
+    static_cast<void>(registered);
+    g_rdma_opened.store(true);
+}
+
 int IbMethod::open_channel()
 {
     if (channel_)
         return 0;
+    if (g_forked_after_rdma.load()) {
+        gossip::error(gossip::Mask::ib,
+                      "this process was forked from one that had opened RDMA devices: RDMA "
+                      "cannot be used here (open ib:// only after forking, or exec)");
+        return -ENOTSUP;
+    }
+    note_rdma_opened();
     Channel ch(rdma_create_event_channel());
     if (!ch) {
         const int err = errno != 0 ? errno : ENODEV;
