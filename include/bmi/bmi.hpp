@@ -175,6 +175,22 @@ private:
     std::shared_ptr<void> keep_;
 };
 
+// Memory a peer may read and write directly (Bmi::expose): lasts as long
+// as the handle.  Move-only.
+class Exposure {
+public:
+    Exposure() = default;
+    explicit Exposure(std::shared_ptr<void> keep) : keep_(std::move(keep)) {}
+    Exposure(Exposure &&) noexcept = default;
+    Exposure &operator=(Exposure &&) noexcept = default;
+    Exposure(const Exposure &) = delete;
+    Exposure &operator=(const Exposure &) = delete;
+    ~Exposure() = default;
+
+private:
+    std::shared_ptr<void> keep_;
+};
+
 class Core;
 
 class Bmi {
@@ -212,6 +228,24 @@ public:
                                   void *user_ptr, ContextId ctx);
     Post post_recv_list(Addr src, std::span<const MutableBuffer> bufs, Tag tag, void *user_ptr,
                         ContextId ctx);
+
+    // One-sided transfers (RDMA; the ib method only, -ENOTSUP over tcp).
+    // expose() lets peer read and write bufs directly until `handle` is
+    // dropped, and fills `descriptor` with opaque bytes describing them (at
+    // most 16 bytes per piece plus 8) for the peer to receive in a request.
+    // The peer then post_get()s bytes [offset, offset + size) of that memory
+    // into its own buffer (RDMA READ) or post_put()s its buffer there (RDMA
+    // WRITE), with no action of this side: a server moving a client's file
+    // data.  A put is in the exposed memory before any message the putting
+    // side sends after the put completed.  Errors: -EINVAL (a descriptor
+    // that is malformed or too short for offset + size), -ENOTSUP, and the
+    // connection's errors.
+    int expose(Addr peer, std::span<const MutableBuffer> bufs, Exposure &handle,
+               std::vector<std::byte> &descriptor);
+    Post post_get(Addr peer, std::span<const std::byte> descriptor, std::uint64_t offset, void *buf,
+                  std::size_t size, void *user_ptr, ContextId ctx);
+    Post post_put(Addr peer, std::span<const std::byte> descriptor, std::uint64_t offset,
+                  const void *buf, std::size_t size, void *user_ptr, ContextId ctx);
 
     // Waits up to max_idle_ms for op to finish; true and *out filled when it
     // did (the op is then gone).  An unknown op gives true with -EINVAL.

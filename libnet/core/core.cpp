@@ -425,6 +425,47 @@ Post Core::post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag
     return Post{0, false, ops[i].id, 0};
 }
 
+Post Core::post_rdma(OpKind kind, Addr peer, std::span<const std::byte> descriptor,
+                     std::uint64_t offset, MutableBuffer buf, void *user_ptr, ContextId ctx)
+{
+    if (peer == no_addr || peer > addrs_.size() || ctx == 0 || ctx >= contexts_.size() ||
+        !contexts_[ctx].open || (buf.data == nullptr && buf.size != 0))
+        return Post{-EINVAL, false, no_op, 0};
+    const std::uint32_t i = alloc_op();
+    Op &op = ops[i];
+    op.kind = kind;
+    op.peer = peer;
+    op.tag = 0;
+    op.user_ptr = user_ptr;
+    op.ctx = ctx;
+    op.bufs.assign(1, buf);
+    op.total = buf.size;
+    op.last_progress = Clock::now();
+    timeouts_.push_back(ops, i);
+    op.in_timeout_list = true;
+    bool done = false;
+    if (const int rc = addrs_[peer - 1].method->post_rdma(i, descriptor, offset, done); rc != 0) {
+        release_op(i);
+        return Post{rc, false, no_op, 0};
+    }
+    if (done) {
+        Post p{ops[i].error, true, no_op, ops[i].actual};
+        if (p.error != 0)
+            p.completed = false;
+        release_op(i);
+        return p;
+    }
+    return Post{0, false, ops[i].id, 0};
+}
+
+int Core::expose(Addr peer, std::span<const MutableBuffer> bufs, std::shared_ptr<void> &keep,
+                 std::vector<std::byte> &descriptor)
+{
+    if (peer == no_addr || peer > addrs_.size())
+        return -EINVAL;
+    return addrs_[peer - 1].method->expose(peer, bufs, keep, descriptor);
+}
+
 int Core::sleep_budget(Clock::time_point deadline)
 {
     const auto now = Clock::now();
@@ -859,6 +900,31 @@ Post Bmi::post_recv_list(Addr src, std::span<const MutableBuffer> bufs, Tag tag,
                          ContextId ctx)
 {
     return core_->post(OpKind::recv, src, bufs, tag, user_ptr, ctx);
+}
+
+int Bmi::expose(Addr peer, std::span<const MutableBuffer> bufs, Exposure &handle,
+                std::vector<std::byte> &descriptor)
+{
+    std::shared_ptr<void> keep;
+    const int rc = core_->expose(peer, bufs, keep, descriptor);
+    if (rc == 0)
+        handle = Exposure(std::move(keep));
+    return rc;
+}
+
+Post Bmi::post_get(Addr peer, std::span<const std::byte> descriptor, std::uint64_t offset,
+                   void *buf, std::size_t size, void *user_ptr, ContextId ctx)
+{
+    return core_->post_rdma(OpKind::get, peer, descriptor, offset, MutableBuffer{buf, size},
+                            user_ptr, ctx);
+}
+
+Post Bmi::post_put(Addr peer, std::span<const std::byte> descriptor, std::uint64_t offset,
+                   const void *buf, std::size_t size, void *user_ptr, ContextId ctx)
+{
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): only read (RDMA WRITE's source)
+    return core_->post_rdma(OpKind::put, peer, descriptor, offset,
+                            MutableBuffer{const_cast<void *>(buf), size}, user_ptr, ctx);
 }
 
 bool Bmi::test(OpId op, Completion &out, int max_idle_ms)

@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 inline constexpr std::uint32_t no_index = std::numeric_limits<std::uint32_t>::max();
 
-enum class OpKind : std::uint8_t { send, send_unexpected, recv };
+enum class OpKind : std::uint8_t { send, send_unexpected, recv, get, put };
 
 // Where an op stands; methods refine "active" with their own field.
 enum class OpState : std::uint8_t { free, active, done };
@@ -107,6 +107,20 @@ public:
     // transfer cannot be stopped at once (an RDMA in flight into or out of
     // the op's memory) may end it later, once the memory is no longer used.
     virtual void cancel(std::uint32_t op_index, int error, bool must_end) = 0;
+    // One-sided transfers (Bmi::expose / post_get / post_put); -ENOTSUP by
+    // default.  post_rdma takes a new get or put op and the peer's
+    // descriptor: a negative errno when nothing was posted, else 0 with
+    // *done set when the op finished at once (its error/actual set).
+    virtual int expose(Addr /*peer*/, std::span<const MutableBuffer> /*bufs*/,
+                       std::shared_ptr<void> & /*keep*/, std::vector<std::byte> & /*descriptor*/)
+    {
+        return -ENOTSUP;
+    }
+    virtual int post_rdma(std::uint32_t /*op_index*/, std::span<const std::byte> /*descriptor*/,
+                          std::uint64_t /*offset*/, bool & /*done*/)
+    {
+        return -ENOTSUP;
+    }
     // Moves bytes; sleeps at most timeout_ms when there is nothing to do.
     virtual void progress(int timeout_ms) = 0;
     // Called on every method but the first before the first sleeps: arm
@@ -221,6 +235,10 @@ public:
     Addr lookup(std::string_view url, int *error);
     Post post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag tag, void *user_ptr,
               ContextId ctx);
+    Post post_rdma(OpKind kind, Addr peer, std::span<const std::byte> descriptor,
+                   std::uint64_t offset, MutableBuffer buf, void *user_ptr, ContextId ctx);
+    int expose(Addr peer, std::span<const MutableBuffer> bufs, std::shared_ptr<void> &keep,
+               std::vector<std::byte> &descriptor);
     bool test(OpId id, Completion &out, int max_idle_ms);
     std::size_t testsome(std::span<const OpId> ids, std::vector<Completion> &out, int max_idle_ms);
     std::size_t testcontext(ContextId ctx, std::span<Completion> out, int max_idle_ms);

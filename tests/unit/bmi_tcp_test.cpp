@@ -379,6 +379,23 @@ BMI_TEST_ALL(receiver_stops_posting)
     }
 }
 
+// One-sided transfers need RDMA: over TCP they are refused, clearly.
+BMI_TEST(one_sided_not_over_tcp)
+{
+    Pair p;
+    p.hello();
+    std::array<char, 64> buf{};
+    const std::array<bmi::MutableBuffer, 1> pieces{bmi::MutableBuffer{buf.data(), buf.size()}};
+    bmi::Exposure exposure;
+    std::vector<std::byte> desc;
+    ATF_REQUIRE_EQ(p.client.expose(p.to_server, pieces, exposure, desc), -ENOTSUP);
+    const std::vector<std::byte> any(24, std::byte{1});
+    ATF_REQUIRE_EQ(p.server.post_get(p.to_client, any, 0, buf.data(), 8, nullptr, p.sctx).error,
+                   -ENOTSUP);
+    ATF_REQUIRE_EQ(p.server.post_put(p.to_client, any, 0, buf.data(), 8, nullptr, p.sctx).error,
+                   -ENOTSUP);
+}
+
 BMI_TEST_ALL(short_and_oversize)
 {
     Pair p;
@@ -1269,8 +1286,93 @@ ATF_TEST_CASE_BODY(fork_after_open_ib)
     ATF_REQUIRE_EQ(got, 9);
 }
 
+// One-sided transfers: the client exposes memory and sends its descriptor
+// in a request; the server reads from it and writes into it with no action
+// of the client's, and a put is in place before the server's next message.
+ATF_TEST_CASE_WITHOUT_HEAD(one_sided_ib);
+ATF_TEST_CASE_BODY(one_sided_ib)
+{
+    use_ib();
+    Pair p;
+    p.hello();
+    constexpr std::size_t a_size = std::size_t{1} << 20;
+    constexpr std::size_t b_size = (std::size_t{2} << 20) + 333;
+    std::vector<unsigned char> mem = pattern(a_size + b_size + 4096, 11);
+    const std::array<bmi::MutableBuffer, 2> pieces{
+        bmi::MutableBuffer{mem.data(), a_size},
+        bmi::MutableBuffer{mem.data() + a_size + 4096, b_size}}; // a gap between
+    bmi::Exposure exposure;
+    std::vector<std::byte> desc;
+    ATF_REQUIRE_EQ(p.client.expose(p.to_server, pieces, exposure, desc), 0);
+    // The descriptor travels in a request.
+    finish(p.client,
+           p.client.post_sendunexpected(p.to_server, desc.data(), desc.size(), 3, nullptr, p.cctx),
+           p.server);
+    const bmi::UnexpectedMessage u = wait_unexpected(p.server, p.client);
+    const std::vector<std::byte> got_desc(u.data().begin(), u.data().end());
+    std::vector<unsigned char> whole(a_size + b_size);
+    std::memcpy(whole.data(), mem.data(), a_size);
+    std::memcpy(whole.data() + a_size, mem.data() + a_size + 4096, b_size);
+
+    // get: all of it, then a piece across the boundary of the two pieces.
+    std::vector<unsigned char> in(a_size + b_size);
+    const auto driven = [&](const bmi::Post &post) {
+        // The client is only polled, as any process between requests.
+        return finish(p.server, post, p.client);
+    };
+    bmi::Completion c =
+        driven(p.server.post_get(u.peer(), got_desc, 0, in.data(), in.size(), nullptr, p.sctx));
+    ATF_REQUIRE_EQ(c.error, 0);
+    ATF_REQUIRE(in == whole);
+    std::vector<unsigned char> part(5000);
+    c = driven(p.server.post_get(u.peer(), got_desc, a_size - 1000, part.data(), part.size(),
+                                 nullptr, p.sctx));
+    ATF_REQUIRE_EQ(c.error, 0);
+    ATF_REQUIRE(std::equal(part.begin(), part.end(),
+                           whole.begin() + static_cast<std::ptrdiff_t>(a_size - 1000)));
+
+    // put: 2 MiB from offset 100, then a message; the client finds the
+    // bytes in place when the message arrives.
+    const std::vector<unsigned char> fresh = pattern(std::size_t{2} << 20, 99);
+    int note = 0;
+    const bmi::Post r = p.client.post_recv(p.to_server, &note, sizeof note, 4, nullptr, p.cctx);
+    c = driven(
+        p.server.post_put(u.peer(), got_desc, 100, fresh.data(), fresh.size(), nullptr, p.sctx));
+    ATF_REQUIRE_EQ(c.error, 0);
+    const int done = 1;
+    finish(p.server, p.server.post_send(u.peer(), &done, sizeof done, 4, nullptr, p.sctx),
+           p.client);
+    ATF_REQUIRE_EQ(finish(p.client, r, p.server).error, 0);
+    std::vector<unsigned char> expect = whole;
+    std::copy(fresh.begin(), fresh.end(), expect.begin() + 100);
+    ATF_REQUIRE(
+        std::equal(mem.begin(), mem.begin() + static_cast<std::ptrdiff_t>(a_size), expect.begin()));
+    ATF_REQUIRE(std::equal(mem.begin() + static_cast<std::ptrdiff_t>(a_size + 4096), mem.end(),
+                           expect.begin() + static_cast<std::ptrdiff_t>(a_size)));
+    // The gap between the pieces was not touched.
+    const std::vector<unsigned char> orig = pattern(a_size + b_size + 4096, 11);
+    ATF_REQUIRE(std::equal(mem.begin() + static_cast<std::ptrdiff_t>(a_size),
+                           mem.begin() + static_cast<std::ptrdiff_t>(a_size + 4096),
+                           orig.begin() + static_cast<std::ptrdiff_t>(a_size)));
+
+    // Beyond the exposed bytes, or a descriptor that is not one: EINVAL.
+    ATF_REQUIRE_EQ(
+        p.server
+            .post_get(u.peer(), got_desc, a_size + b_size - 10, part.data(), 11, nullptr, p.sctx)
+            .error,
+        -EINVAL);
+    std::vector<std::byte> junk(got_desc.size(), std::byte{0x7f});
+    ATF_REQUIRE_EQ(p.server.post_get(u.peer(), junk, 0, part.data(), 10, nullptr, p.sctx).error,
+                   -EINVAL);
+    ATF_REQUIRE_EQ(p.server.post_get(u.peer(), {}, 0, part.data(), 10, nullptr, p.sctx).error,
+                   -EINVAL);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, one_sided_ib);
+    ATF_ADD_TEST_CASE(tcs, one_sided_not_over_tcp_epoll);
+    ATF_ADD_TEST_CASE(tcs, one_sided_not_over_tcp_uring);
     ATF_ADD_TEST_CASE(tcs, fork_after_open_ib);
     ATF_ADD_TEST_CASE(tcs, registration_cache_ib);
     ATF_ADD_TEST_CASE(tcs, link_down_mid_transfer_ib);

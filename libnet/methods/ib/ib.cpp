@@ -397,6 +397,7 @@ enum : std::uint8_t {
     st_send_wait,   // waiting for the connection
     st_send_queued, // eager / unexpected frame queued
     st_send_rts,    // RTS queued or sent; waiting for FIN or NACK
+    st_rdma,        // get / put: READs or WRITEs being posted / in flight
 };
 
 // Per-op state that does not fit in Op.
@@ -568,6 +569,10 @@ public:
     int unwatch_external(int /*fd*/) override { return -ENOTSUP; }
     void unexpected_released(Addr addr) override;
     std::shared_ptr<void> register_memory(void *data, std::size_t size) override;
+    int expose(Addr peer, std::span<const MutableBuffer> bufs, std::shared_ptr<void> &keep,
+               std::vector<std::byte> &descriptor) override;
+    int post_rdma(std::uint32_t i, std::span<const std::byte> descriptor, std::uint64_t offset,
+                  bool &done) override;
     [[nodiscard]] std::uint64_t open_connections() const override;
     [[nodiscard]] std::uint64_t direct_sends() const override { return 0; }
     [[nodiscard]] std::uint64_t engine() const override { return 0; }
@@ -632,6 +637,7 @@ private:
     void pump_reads(std::uint32_t c);
     bool post_read(std::uint32_t c, std::uint32_t i);
     bool start_send(std::uint32_t i, Peer &p);
+    void start_rdma(std::uint32_t i, Peer &p);
     int register_op(std::uint32_t i, Device &d, int access);
     std::shared_ptr<CachedMr> cached_mr(Device &d, std::uintptr_t a, std::size_t n, int &error);
     bool read_frames(std::uintptr_t start, std::size_t pages, std::vector<std::uint64_t> &out);
@@ -1412,7 +1418,10 @@ void IbMethod::on_up(std::uint32_t c)
         const std::uint32_t i = p->waiting.front();
         p->waiting.remove(core_.ops, i);
         op(i).mstate = st_none;
-        start_send(i, *p);
+        if (op(i).kind == OpKind::get || op(i).kind == OpKind::put)
+            start_rdma(i, *p);
+        else
+            start_send(i, *p);
         if (k.state != ConnState::up)
             return;
     }
@@ -1870,8 +1879,8 @@ void IbMethod::pump_reads(std::uint32_t c)
         const std::uint32_t i = k.readq.front();
         Op &o = op(i);
         OpX &x = opx(i);
-        if (o.state != OpState::active || o.mstate != st_recv_read || o.conn != c || x.cancelling ||
-            x.posted >= x.size) {
+        if (o.state != OpState::active || (o.mstate != st_recv_read && o.mstate != st_rdma) ||
+            o.conn != c || x.cancelling || x.posted >= x.size) {
             k.readq.pop_front();
             continue;
         }
@@ -1924,7 +1933,7 @@ bool IbMethod::post_read(std::uint32_t c, std::uint32_t i)
     wr.wr_id = (static_cast<std::uint64_t>(r.gen) << 32U) | w;
     wr.sg_list = sges.data();
     wr.num_sge = static_cast<int>(nsge);
-    wr.opcode = IBV_WR_RDMA_READ;
+    wr.opcode = o.kind == OpKind::put ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
     wr.send_flags = IBV_SEND_SIGNALED;
     // ibv_send_wr's wr is a union; rdma is the member of READ and WRITE.
     auto &rdma = wr.wr.rdma; // NOLINT(cppcoreguidelines-pro-type-union-access)
@@ -1954,6 +1963,12 @@ void IbMethod::read_done(std::uint32_t w)
     --x.inflight;
     o.done_bytes += r.len;
     core_.touch(r.op);
+    if (o.mstate == st_rdma) {
+        // One-sided: nobody to tell; the op ends when its last piece did.
+        if (x.inflight == 0 && (x.cancelling || o.done_bytes >= x.size))
+            finish(r.op, x.cancelling ? x.cancel_error : 0, o.done_bytes);
+        return;
+    }
     if (x.cancelling) {
         if (x.inflight == 0) {
             Header h;
@@ -2371,6 +2386,15 @@ void IbMethod::cancel(std::uint32_t i, int error, bool must_end)
             queue_ctl(o.conn, h);
         }
         break;
+    case st_rdma:
+        if (x.inflight > 0) {
+            x.cancelling = true;
+            x.cancel_error = error;
+            if (must_end)
+                close_conn(o.conn, error, "an op with RDMA in flight was cancelled");
+            return;
+        }
+        break;
     case st_send_queued:
         break; // its frame is skipped when it comes up
     case st_send_rts: {
@@ -2400,6 +2424,148 @@ void IbMethod::cancel(std::uint32_t i, int error, bool must_end)
         break;
     }
     finish(i, error, o.done_bytes);
+}
+
+// ------------------------------------------------------- one-sided transfers
+
+// What an Exposure keeps: the registrations its peer was shown.
+struct ExposureState {
+    std::shared_ptr<ibv_pd> pd; // first: outlives mrs
+    std::vector<Mr> mrs;
+    std::vector<std::shared_ptr<CachedMr>> cached;
+};
+
+int IbMethod::expose(Addr peer, std::span<const MutableBuffer> bufs, std::shared_ptr<void> &keep,
+                     std::vector<std::byte> &descriptor)
+{
+    if (const int rc = open_channel(); rc != 0)
+        return rc;
+    Peer &p = peer_of(peer);
+    // The registration must be on the device of the peer's connection.
+    Device *dev = nullptr;
+    if (p.tx_conn != no_index && conns_[p.tx_conn]->dev != nullptr)
+        dev = conns_[p.tx_conn]->dev;
+    else if (devices_.size() == 1)
+        dev = devices_.front().get();
+    if (dev == nullptr) {
+        if (p.tx_conn == no_index)
+            static_cast<void>(connect_peer(p)); // its device is known next time
+        return -EAGAIN;
+    }
+    auto state = std::make_shared<ExposureState>();
+    state->pd = dev->pd;
+    std::vector<Segment> segs;
+    for (const MutableBuffer &b : bufs) {
+        if (b.size == 0)
+            continue;
+        const auto a = reinterpret_cast<std::uintptr_t>(b.data);
+        std::uint32_t rkey = 0;
+        if (ibv_mr *mr = registry_->find(a, b.size, dev->pd.get())) {
+            rkey = mr->rkey;
+        } else if (frames_visible()) {
+            int error = 0;
+            auto e = cached_mr(*dev, a, b.size, error);
+            if (!e)
+                return error;
+            rkey = e->mr->rkey;
+            state->cached.push_back(std::move(e));
+        } else {
+            ++registrations_;
+            Mr own(ibv_reg_mr(dev->pd.get(), b.data, b.size, remote_access));
+            if (!own)
+                return errno != 0 ? -errno : -ENOMEM;
+            rkey = own->rkey;
+            state->mrs.push_back(std::move(own));
+        }
+        std::size_t left = b.size;
+        std::uintptr_t at = a;
+        while (left > 0) {
+            const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(left, 1U << 30U));
+            segs.push_back({at, rkey, n});
+            at += n;
+            left -= n;
+        }
+    }
+    if (segs.empty())
+        return -EINVAL;
+    descriptor.resize(rts_payload_size(segs.size()));
+    encode_rts(segs, descriptor);
+    keep = std::move(state);
+    return 0;
+}
+
+int IbMethod::post_rdma(std::uint32_t i, std::span<const std::byte> descriptor,
+                        std::uint64_t offset, bool &done)
+{
+    Op &o = op(i);
+    std::vector<Segment> all;
+    std::uint64_t total = 0;
+    if (decode_segments(descriptor, all, total) != nullptr || offset > total ||
+        o.total > total - offset)
+        return -EINVAL;
+    if (const int rc = open_channel(); rc != 0)
+        return rc;
+    Peer &p = peer_of(o.peer);
+    OpX &x = opx(i);
+    x = OpX{};
+    // The piece [offset, offset + size) of the peer's segments.
+    std::uint64_t skip = offset;
+    std::uint64_t want = o.total;
+    for (const Segment &sg : all) {
+        if (want == 0)
+            break;
+        if (skip >= sg.len) {
+            skip -= sg.len;
+            continue;
+        }
+        const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(sg.len - skip, want));
+        x.remote.push_back({sg.addr + skip, sg.rkey, n});
+        want -= n;
+        skip = 0;
+    }
+    x.size = o.total;
+    done = false;
+    if (o.total == 0) {
+        o.error = 0;
+        o.actual = 0;
+        done = true;
+        return 0;
+    }
+    if (p.tx_conn == no_index) {
+        if (const int rc = connect_peer(p); rc != 0)
+            return rc;
+    }
+    p.ops.push_back(core_.ops, i);
+    o.in_peer_list = true;
+    o.mstate = st_none;
+    if (!ready_to_send(*conns_[p.tx_conn])) {
+        p.waiting.push_back(core_.ops, i);
+        o.mstate = st_send_wait;
+        return 0;
+    }
+    start_rdma(i, p);
+    return 0;
+}
+
+void IbMethod::start_rdma(std::uint32_t i, Peer &p)
+{
+    Op &o = op(i);
+    const std::uint32_t c = p.tx_conn;
+    o.conn = c;
+    OpX &x = opx(i);
+    std::vector<Segment> remote = std::move(x.remote);
+    const std::size_t size = x.size;
+    if (const int rc = register_op(i, *conns_[c]->dev, IBV_ACCESS_LOCAL_WRITE); rc != 0) {
+        finish(i, rc, 0);
+        return;
+    }
+    x.remote = std::move(remote);
+    x.size = size;
+    x.posted = 0;
+    x.inflight = 0;
+    o.mstate = st_rdma;
+    conns_[c]->readq.push_back(i);
+    mark_pending(c);
 }
 
 // ----------------------------------------------------------------- progress

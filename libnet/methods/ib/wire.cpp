@@ -93,25 +93,36 @@ void encode_rts(std::span<const Segment> segs, std::span<std::byte> out) noexcep
     }
 }
 
-const char *decode_rts(std::span<const std::byte> in, std::uint64_t size, std::vector<Segment> &out)
+const char *decode_segments(std::span<const std::byte> in, std::vector<Segment> &out,
+                            std::uint64_t &total)
 {
     if (in.size() < rts_fixed)
-        return "rendezvous without its segment list";
+        return "segment list too short";
     const auto n = get<std::uint32_t>(in.data());
     if (n == 0 || in.size() != rts_payload_size(n))
-        return "rendezvous segment count differs from its length";
+        return "segment count differs from the list's length";
     out.clear();
     out.reserve(n);
-    std::uint64_t sum = 0;
+    total = 0;
     const std::byte *p = in.data() + rts_fixed;
     for (std::uint32_t i = 0; i < n; ++i, p += segment_size) {
         Segment s{get<std::uint64_t>(p), get<std::uint32_t>(p + 8), get<std::uint32_t>(p + 12)};
         if (s.len == 0)
-            return "empty rendezvous segment";
-        sum += s.len;
+            return "empty segment";
+        total += s.len;
         out.push_back(s);
     }
-    if (sum != size)
+    if (total > max_message_size)
+        return "segments of an impossible size";
+    return nullptr;
+}
+
+const char *decode_rts(std::span<const std::byte> in, std::uint64_t size, std::vector<Segment> &out)
+{
+    std::uint64_t total = 0;
+    if (const char *err = decode_segments(in, out, total))
+        return err;
+    if (total != size)
         return "rendezvous segments do not add up to the message";
     return nullptr;
 }

@@ -74,6 +74,11 @@ void encode_rts(std::span<const Segment> segs, std::span<std::byte> out) noexcep
 const char *decode_rts(std::span<const std::byte> in, std::uint64_t size,
                        std::vector<Segment> &out);
 
+// A descriptor of exposed memory (Bmi::expose): the same segment list;
+// *total gets the bytes it covers.
+const char *decode_segments(std::span<const std::byte> in, std::vector<Segment> &out,
+                            std::uint64_t &total);
+
 std::size_t hello_size(const HelloBody &body) noexcept;
 void encode_hello(const HelloBody &body, std::span<std::byte> out) noexcept;
 const char *decode_hello(std::span<const std::byte> in, HelloBody &out);
