@@ -127,6 +127,10 @@ public:
     // what makes the method's fds readable on new work (completion
     // notices).  False when there is work already (then nobody sleeps).
     virtual bool prepare_sleep() { return true; }
+    // A poll that costs no system call (reading a completion queue in user
+    // space), for the spinning phase of a wait; true when it found work.
+    // False and nothing done for methods that have none.
+    virtual bool poll_fast() { return false; }
     virtual void drop_peer(Addr addr, int error) = 0;
     // Asked when an op has made no progress for the idle timeout: is its
     // peer alive?  Returns the time to count the op's idleness from: when

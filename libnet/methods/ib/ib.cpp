@@ -563,6 +563,7 @@ public:
     void cancel(std::uint32_t i, int error, bool must_end) override;
     void progress(int timeout_ms) override;
     bool prepare_sleep() override;
+    bool poll_fast() override;
     void drop_peer(Addr addr, int error) override;
     Clock::time_point peer_alive(std::uint32_t i) override;
     int watch_external(int /*fd*/) override { return -ENOTSUP; }
@@ -695,6 +696,7 @@ private:
     bool frames_checked_ = false;
     std::vector<std::uint64_t> frames_;
     std::uint64_t use_clock_ = 0;
+    std::uint64_t completions_ = 0; // work completions polled, ever
     std::uint64_t registrations_ = 0;
     std::uint64_t registration_hits_ = 0;
 };
@@ -1522,6 +1524,7 @@ void IbMethod::poll_cq(Device &d)
         const int n = ibv_poll_cq(d.cq.get(), max_wc, wc.data());
         if (n <= 0)
             break;
+        completions_ += static_cast<std::uint64_t>(n);
         for (int e = 0; e < n; ++e)
             on_wc(wc[static_cast<std::size_t>(e)]);
         if (n < max_wc)
@@ -2657,6 +2660,16 @@ void IbMethod::drain_device_events()
                 on_device_event(*d, type);
         }
     }
+}
+
+bool IbMethod::poll_fast()
+{
+    const std::uint64_t before = completions_;
+    for (auto &dp : devices_)
+        poll_cq(*dp);
+    if (!pending_.empty())
+        progress(0); // what the completions queued (frames, READs) goes now
+    return completions_ != before;
 }
 
 // Completion notices are armed only before a sleep (arming is a system
