@@ -933,9 +933,10 @@ Post Bmi::post_get(Addr peer, std::span<const std::byte> descriptor, std::uint64
 Post Bmi::post_put(Addr peer, std::span<const std::byte> descriptor, std::uint64_t offset,
                    const void *buf, std::size_t size, void *user_ptr, ContextId ctx)
 {
-    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): only read (RDMA WRITE's source)
-    return core_->post_rdma(OpKind::put, peer, descriptor, offset,
-                            MutableBuffer{const_cast<void *>(buf), size}, user_ptr, ctx);
+    // Only read (the RDMA WRITE's source); ops hold mutable buffers.
+    void *source = const_cast<void *>(buf); // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    return core_->post_rdma(OpKind::put, peer, descriptor, offset, MutableBuffer{source, size},
+                            user_ptr, ctx);
 }
 
 bool Bmi::test(OpId op, Completion &out, int max_idle_ms)
