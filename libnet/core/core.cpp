@@ -401,6 +401,13 @@ Post Core::post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag
     if (kind == OpKind::send_unexpected && total > limits.unexpected)
         return Post{-EMSGSIZE, false, no_op, 0};
 
+    const std::uint32_t i = start_op(kind, peer, bufs, total, tag, user_ptr, ctx);
+    return posted(i, addrs_[peer - 1].method->post(i));
+}
+
+std::uint32_t Core::start_op(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs,
+                             std::size_t total, Tag tag, void *user_ptr, ContextId ctx)
+{
     const std::uint32_t i = alloc_op();
     Op &op = ops[i];
     op.kind = kind;
@@ -413,9 +420,13 @@ Post Core::post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag
     op.last_progress = Clock::now();
     timeouts_.push_back(ops, i);
     op.in_timeout_list = true;
+    return i;
+}
 
-    Method *method = addrs_[peer - 1].method;
-    if (method->post(i)) {
+// The Post for a started op: finished at once (released now) or pending.
+Post Core::posted(std::uint32_t i, bool done)
+{
+    if (done) {
         Post p{ops[i].error, true, no_op, ops[i].actual};
         if (p.error != 0)
             p.completed = false;
@@ -431,31 +442,13 @@ Post Core::post_rdma(OpKind kind, Addr peer, std::span<const std::byte> descript
     if (peer == no_addr || peer > addrs_.size() || ctx == 0 || ctx >= contexts_.size() ||
         !contexts_[ctx].open || (buf.data == nullptr && buf.size != 0))
         return Post{-EINVAL, false, no_op, 0};
-    const std::uint32_t i = alloc_op();
-    Op &op = ops[i];
-    op.kind = kind;
-    op.peer = peer;
-    op.tag = 0;
-    op.user_ptr = user_ptr;
-    op.ctx = ctx;
-    op.bufs.assign(1, buf);
-    op.total = buf.size;
-    op.last_progress = Clock::now();
-    timeouts_.push_back(ops, i);
-    op.in_timeout_list = true;
+    const std::uint32_t i = start_op(kind, peer, {&buf, 1}, buf.size, 0, user_ptr, ctx);
     bool done = false;
     if (const int rc = addrs_[peer - 1].method->post_rdma(i, descriptor, offset, done); rc != 0) {
         release_op(i);
         return Post{rc, false, no_op, 0};
     }
-    if (done) {
-        Post p{ops[i].error, true, no_op, ops[i].actual};
-        if (p.error != 0)
-            p.completed = false;
-        release_op(i);
-        return p;
-    }
-    return Post{0, false, ops[i].id, 0};
+    return posted(i, done);
 }
 
 int Core::expose(Addr peer, std::span<const MutableBuffer> bufs, std::shared_ptr<void> &keep,

@@ -270,6 +270,10 @@ private:
     };
 
     std::uint32_t alloc_op();
+    // A new active op in the idle-timeout list.
+    std::uint32_t start_op(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs,
+                           std::size_t total, Tag tag, void *user_ptr, ContextId ctx);
+    Post posted(std::uint32_t i, bool done);
     void release_op(std::uint32_t i);
     Completion reap(std::uint32_t i);
     // Runs every method once; sleeps at most timeout_ms.

@@ -6,6 +6,7 @@
 // ("The ib method") describes the protocol and its limits.
 #include "ib.hpp"
 
+#include "../../core/net.hpp"
 #include "pvfs/gossip.hpp"
 #include "pvfs/unique_fd.hpp"
 #include "wire.hpp"
@@ -76,78 +77,13 @@ constexpr std::size_t cache_max_entries = 256;
 constexpr std::chrono::milliseconds linger_time{1000};
 constexpr int max_wc = 32;
 
-std::string errno_text(int err)
-{
-    const char *text = strerrordesc_np(err);
-    return text != nullptr ? text : "errno " + std::to_string(err);
-}
-
-std::uint64_t new_incarnation()
-{
-    std::uint64_t v = 0;
-    while (v == 0) {
-        if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
-            v = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
-                static_cast<std::uint64_t>(::getpid());
-    }
-    return v;
-}
-
-bool split_hostport(std::string_view hp, std::string &host, std::string &port)
-{
-    if (hp.empty())
-        return false;
-    std::size_t colon = 0;
-    if (hp.front() == '[') {
-        const auto close = hp.find(']');
-        if (close == std::string_view::npos || close + 1 >= hp.size() || hp[close + 1] != ':')
-            return false;
-        host = std::string(hp.substr(1, close - 1));
-        colon = close + 1;
-    } else {
-        colon = hp.rfind(':');
-        if (colon == std::string_view::npos || colon == 0)
-            return false;
-        host = std::string(hp.substr(0, colon));
-    }
-    port = std::string(hp.substr(colon + 1));
-    if (port.empty() || port.size() > 5 ||
-        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return false;
-    return std::stoul(port) <= 65535;
-}
+using net::errno_text;
+using net::split_hostport;
 
 int resolve(std::string_view hp, sockaddr_storage &sa)
 {
-    std::string host;
-    std::string port;
-    if (!split_hostport(hp, host, port))
-        return -EINVAL;
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo *res = nullptr;
-    if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
-        return -EHOSTUNREACH;
-    std::memcpy(&sa, res->ai_addr, std::min<std::size_t>(res->ai_addrlen, sizeof sa));
-    ::freeaddrinfo(res);
-    return 0;
-}
-
-std::string sockaddr_url(const sockaddr *sa)
-{
-    std::array<char, INET6_ADDRSTRLEN> buf{};
-    if (sa->sa_family == AF_INET) {
-        sockaddr_in in{};
-        std::memcpy(&in, sa, sizeof in);
-        ::inet_ntop(AF_INET, &in.sin_addr, buf.data(), buf.size());
-        return std::string("ib://") + buf.data() + ":" + std::to_string(ntohs(in.sin_port));
-    }
-    sockaddr_in6 in6{};
-    std::memcpy(&in6, sa, sizeof in6);
-    ::inet_ntop(AF_INET6, &in6.sin6_addr, buf.data(), buf.size());
-    return std::string("ib://[") + buf.data() + "]:" + std::to_string(ntohs(in6.sin6_port));
+    socklen_t len = 0;
+    return net::resolve(hp, sa, len);
 }
 
 int set_nonblock(int fd)
@@ -546,8 +482,8 @@ private:
 class IbMethod final : public Method {
 public:
     explicit IbMethod(Core &core)
-        : core_(core), incarnation_(new_incarnation()), registry_(std::make_shared<Registry>()),
-          buckets_(bucket_count, OpList{&Op::match})
+        : core_(core), incarnation_(net::new_incarnation()),
+          registry_(std::make_shared<Registry>()), buckets_(bucket_count, OpList{&Op::match})
     {
     }
     ~IbMethod() override;
@@ -2032,7 +1968,7 @@ IbMethod::Verdict IbMethod::on_hello(std::uint32_t c, std::span<const std::byte>
     if (k.peer == no_addr) {
         std::string url = body.url;
         if (url.empty()) {
-            url = sockaddr_url(rdma_get_peer_addr(k.id.get()));
+            url = net::sockaddr_url("ib", rdma_get_peer_addr(k.id.get()));
         } else if (url.rfind("ib://", 0) != 0) {
             close_conn(c, -EPROTO, "hello with a non-ib url");
             return Verdict::closed;
@@ -2372,32 +2308,24 @@ void IbMethod::cancel(std::uint32_t i, int error, bool must_end)
     if (o.state != OpState::active)
         return;
     OpX &x = opx(i);
+    if ((o.mstate == st_recv_read || o.mstate == st_rdma) && x.inflight > 0) {
+        // RDMA into or out of the op's memory is in flight: the op ends
+        // when it is back.  Only destroying the queue pair stops it now.
+        x.cancelling = true;
+        x.cancel_error = error;
+        if (must_end)
+            close_conn(o.conn, error, "an op with RDMA in flight was cancelled");
+        return;
+    }
     switch (o.mstate) {
-    case st_recv_read:
-        if (x.inflight > 0) {
-            x.cancelling = true;
-            x.cancel_error = error;
-            // Only destroying the queue pair stops READs already posted.
-            if (must_end)
-                close_conn(o.conn, error, "an op with RDMA in flight was cancelled");
-            return;
-        } else {
-            Header h;
-            h.type = Msg::nack;
-            h.cookie = o.remote_cookie;
-            h.cookie2 = static_cast<std::uint64_t>(-error);
-            queue_ctl(o.conn, h);
-        }
+    case st_recv_read: {
+        Header h;
+        h.type = Msg::nack;
+        h.cookie = o.remote_cookie;
+        h.cookie2 = static_cast<std::uint64_t>(-error);
+        queue_ctl(o.conn, h);
         break;
-    case st_rdma:
-        if (x.inflight > 0) {
-            x.cancelling = true;
-            x.cancel_error = error;
-            if (must_end)
-                close_conn(o.conn, error, "an op with RDMA in flight was cancelled");
-            return;
-        }
-        break;
+    }
     case st_send_queued:
         break; // its frame is skipped when it comes up
     case st_send_rts: {

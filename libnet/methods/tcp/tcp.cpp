@@ -6,6 +6,7 @@
 // holds up small ones.  The protocol is described in docs/bmi.md.
 #include "tcp.hpp"
 
+#include "../../core/net.hpp"
 #include "../../core/ring.hpp"
 #include "engine.hpp"
 #include "frame.hpp"
@@ -39,16 +40,13 @@ namespace gossip = pvfs::gossip;
 
 namespace {
 
+using net::errno_text;
+using net::new_incarnation;
+using net::resolve;
+using net::split_hostport;
 using pvfs::UniqueFd;
 
 // ------------------------------------------------------------------ helpers
-
-// strerror is not thread-safe; strerrordesc_np (glibc 2.32) is.
-std::string errno_text(int err)
-{
-    const char *text = strerrordesc_np(err);
-    return text != nullptr ? text : "errno " + std::to_string(err);
-}
 
 // Describes bytes [skip, skip + left) of a buffer list as iovecs, as many
 // as fit in out.  Returns the count; left becomes what did not fit.
@@ -69,65 +67,6 @@ std::size_t map_iov(const std::vector<MutableBuffer> &bufs, std::size_t skip, st
         skip = 0;
     }
     return n;
-}
-
-// Splits "host:port" or "[v6]:port".
-bool split_hostport(std::string_view hp, std::string &host, std::string &port)
-{
-    if (hp.empty())
-        return false;
-    std::size_t colon = 0;
-    if (hp.front() == '[') {
-        const auto close = hp.find(']');
-        if (close == std::string_view::npos || close + 1 >= hp.size() || hp[close + 1] != ':')
-            return false;
-        host = std::string(hp.substr(1, close - 1));
-        colon = close + 1;
-    } else {
-        colon = hp.rfind(':');
-        if (colon == std::string_view::npos || colon == 0)
-            return false;
-        host = std::string(hp.substr(0, colon));
-    }
-    port = std::string(hp.substr(colon + 1));
-    if (port.empty() || port.size() > 5 ||
-        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return false;
-    return std::stoul(port) <= 65535;
-}
-
-int resolve(std::string_view hp, sockaddr_storage &sa, socklen_t &len)
-{
-    std::string host;
-    std::string port;
-    if (!split_hostport(hp, host, port))
-        return -EINVAL;
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo *res = nullptr;
-    if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
-        return -EHOSTUNREACH;
-    std::memcpy(&sa, res->ai_addr, res->ai_addrlen);
-    len = res->ai_addrlen;
-    ::freeaddrinfo(res);
-    return 0;
-}
-
-std::string sockaddr_url(const sockaddr_storage &sa)
-{
-    std::array<char, INET6_ADDRSTRLEN> buf{};
-    if (sa.ss_family == AF_INET) {
-        sockaddr_in in{};
-        std::memcpy(&in, &sa, sizeof in);
-        ::inet_ntop(AF_INET, &in.sin_addr, buf.data(), buf.size());
-        return std::string("tcp://") + buf.data() + ":" + std::to_string(ntohs(in.sin_port));
-    }
-    sockaddr_in6 in6{};
-    std::memcpy(&in6, &sa, sizeof in6);
-    ::inet_ntop(AF_INET6, &in6.sin6_addr, buf.data(), buf.size());
-    return std::string("tcp://[") + buf.data() + "]:" + std::to_string(ntohs(in6.sin6_port));
 }
 
 // Receive-side staging buffer per connection.
@@ -359,18 +298,6 @@ std::uint64_t event_key(std::uint32_t c, std::uint32_t generation)
     return (static_cast<std::uint64_t>(generation) << 32U) | c;
 }
 
-// Never 0 (a hello without one is malformed).
-std::uint64_t new_incarnation()
-{
-    std::uint64_t v = 0;
-    while (v == 0) {
-        if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
-            v = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
-                static_cast<std::uint64_t>(::getpid());
-    }
-    return v;
-}
-
 std::string engine_choice(std::string_view requested)
 {
     if (!requested.empty())
@@ -437,7 +364,7 @@ std::string TcpMethod::listen(std::string_view hostport)
     ::getsockname(fd.get(), reinterpret_cast<sockaddr *>(&bound), &blen);
     engine_->add(fd.get(), listener_bit | listeners_.size(), EPOLLIN);
     listeners_.push_back(std::move(fd));
-    std::string url = sockaddr_url(bound);
+    std::string url = net::sockaddr_url("tcp", reinterpret_cast<const sockaddr *>(&bound));
     if (my_url_.empty())
         my_url_ = url;
     return url;
@@ -1411,7 +1338,7 @@ void TcpMethod::payload_done(std::uint32_t c)
                 sockaddr_storage sa{};
                 socklen_t len = sizeof sa;
                 ::getpeername(k.fd.get(), reinterpret_cast<sockaddr *>(&sa), &len);
-                url = sockaddr_url(sa);
+                url = net::sockaddr_url("tcp", reinterpret_cast<const sockaddr *>(&sa));
             } else if (url.rfind("tcp://", 0) != 0) {
                 close_conn(c, -EPROTO, "hello with a non-tcp url");
                 return;
