@@ -177,6 +177,9 @@ int run(const Settings &s)
         gossip::error(gossip::Mask::pvfsd, "{}", error);
         return 1;
     }
+    // Registered once (over ib): the servers read and write these buffers
+    // by RDMA, and no mount's I/O registers memory of its own.
+    loop->register_memory(slots.bytes());
     for (const int fd : {dev.get(), sig.get()}) {
         if (const int rc = loop->watch_fd(fd); rc != 0) {
             gossip::error(gossip::Mask::pvfsd, "cannot watch fd {}: {}", fd, strerrordesc_np(-rc));

@@ -95,6 +95,7 @@ struct DataService::Flow {
     bool waiting_for_buffer = false;
     bool done = false;
     proto::Bytes inline_data;
+    proto::Bytes rdma; // the client's memory, when the server moves the data itself
     std::array<Slot, 2> slots;
 
     void start()
@@ -147,9 +148,12 @@ struct DataService::Flow {
             return;
         }
         s.stage = Stage::network;
-        const bmi::Post p =
-            service.loop_.bmi().post_recv(origin.peer, s.data.data(), s.length,
-                                          data_tag(origin.tag), &s, service.loop_.context());
+        bmi::Bmi &bmi = service.loop_.bmi();
+        const bmi::Post p = rdma.empty()
+                                ? bmi.post_recv(origin.peer, s.data.data(), s.length,
+                                                data_tag(origin.tag), &s, service.loop_.context())
+                                : bmi.post_get(origin.peer, rdma, s.chunk * chunk, s.data.data(),
+                                               s.length, &s, service.loop_.context());
         if (!p.ok()) {
             network_done(s, p.error, 0);
         } else if (p.completed) {
@@ -261,9 +265,12 @@ struct DataService::Flow {
                 ++next_send;
                 sent = true;
                 s.stage = Stage::network;
-                const bmi::Post p = service.loop_.bmi().post_send(origin.peer, s.data.data(),
-                                                                  s.length, data_tag(origin.tag),
-                                                                  &s, service.loop_.context());
+                bmi::Bmi &bmi = service.loop_.bmi();
+                const bmi::Post p =
+                    rdma.empty() ? bmi.post_send(origin.peer, s.data.data(), s.length,
+                                                 data_tag(origin.tag), &s, service.loop_.context())
+                                 : bmi.post_put(origin.peer, rdma, s.chunk * chunk, s.data.data(),
+                                                s.length, &s, service.loop_.context());
                 if (!p.ok()) {
                     network_done(s, p.error, 0);
                 } else if (p.completed) {
@@ -290,6 +297,7 @@ struct DataService::Flow {
             settle(s);
             return;
         }
+        (rdma.empty() ? service.message_bytes_ : service.rdma_bytes_) += actual;
         if (is_write) {
             if (actual != s.length) {
                 gossip::warning(Mask::server, "request {}: chunk {} carried {} bytes, expected {}",
@@ -410,10 +418,11 @@ std::size_t DataService::active() const noexcept
 void DataService::handle(const Origin &origin, proto::RequestBody &body)
 {
     if (auto *read = std::get_if<proto::ReadRequest>(&body)) {
-        start_flow(origin, read->handle, std::move(read->regions), read->chunk_size, {}, false);
+        start_flow(origin, read->handle, std::move(read->regions), read->chunk_size, {},
+                   std::move(read->rdma), false);
     } else if (auto *write = std::get_if<proto::WriteRequest>(&body)) {
         start_flow(origin, write->handle, std::move(write->regions), write->chunk_size,
-                   std::move(write->inline_data), true);
+                   std::move(write->inline_data), std::move(write->rdma), true);
     } else if (const auto *fsync = std::get_if<proto::FsyncRequest>(&body)) {
         do_fsync(origin, fsync->handle);
     } else if (const auto *sizes = std::get_if<proto::ObjectSizesRequest>(&body)) {
@@ -465,7 +474,7 @@ void DataService::handle(const Origin &origin, proto::RequestBody &body)
 
 void DataService::start_flow(const Origin &origin, Handle handle,
                              std::vector<proto::Region> regions, std::uint32_t chunk,
-                             proto::Bytes inline_data, bool is_write)
+                             proto::Bytes inline_data, proto::Bytes rdma, bool is_write)
 {
     if (handle == no_handle) {
         loop_.respond_error(origin, EINVAL);
@@ -493,6 +502,18 @@ void DataService::start_flow(const Origin &origin, Handle handle,
         loop_.respond_error(origin, EINVAL);
         return;
     }
+    if (!rdma.empty()) {
+        // The whole stream must lie in the client's memory before any byte
+        // moves: a write must not be stored in part for a bad descriptor.
+        const bmi::Post check =
+            loop_.bmi().post_get(origin.peer, rdma, total, nullptr, 0, nullptr, loop_.context());
+        if (!check.ok()) {
+            gossip::warning(Mask::server, "request {}: RDMA descriptor refused: {}",
+                            origin.request_id, errno_text(-check.error));
+            loop_.respond_error(origin, check.error == -ENOTSUP ? EOPNOTSUPP : -check.error);
+            return;
+        }
+    }
     const std::uint64_t id = next_id_++;
     auto flow = std::make_unique<Flow>(*this, id);
     flow->origin = origin;
@@ -504,6 +525,7 @@ void DataService::start_flow(const Origin &origin, Handle handle,
     flow->chunk = inline_data.empty() ? chunk : 0;
     flow->chunks = inline_data.empty() ? (total == 0 ? 0 : (total - 1) / chunk + 1) : 1;
     flow->inline_data = std::move(inline_data);
+    flow->rdma = std::move(rdma);
     Flow &f = *flow;
     flows_.emplace(id, std::move(flow));
     f.start();

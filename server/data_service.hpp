@@ -9,6 +9,12 @@
 // chunk buffers from a bounded pool, so the network moves one chunk while
 // the disk works on the other, and a request of any size costs the server
 // two chunks of memory; requests that find the pool empty wait their turn.
+//
+// A request that carries an RDMA descriptor of the client's memory (the ib
+// method) moves the same chunks without the client's help: the server
+// RDMA-READs chunk i of a write from the client while it stores chunk i - 1,
+// and RDMA-WRITEs chunk i of a read into the client while it reads chunk
+// i + 1 from disk; the response goes after the last put completed.
 #ifndef PVFS_SERVER_DATA_SERVICE_HPP
 #define PVFS_SERVER_DATA_SERVICE_HPP
 
@@ -62,6 +68,9 @@ public:
     [[nodiscard]] data::StatFs statfs() const { return store_.statfs(); }
     // Requests in progress (bulk flows and fsyncs).
     [[nodiscard]] std::size_t active() const noexcept;
+    // File data moved since start as bulk messages, and by RDMA.
+    [[nodiscard]] std::uint64_t message_bytes() const noexcept { return message_bytes_; }
+    [[nodiscard]] std::uint64_t rdma_bytes() const noexcept { return rdma_bytes_; }
 
     struct Flow;
 
@@ -72,7 +81,8 @@ private:
     };
 
     void start_flow(const Origin &origin, Handle handle, std::vector<proto::Region> regions,
-                    std::uint32_t chunk, proto::Bytes inline_data, bool is_write);
+                    std::uint32_t chunk, proto::Bytes inline_data, proto::Bytes rdma,
+                    bool is_write);
     void do_fsync(const Origin &origin, Handle handle);
     void finish_flow(Flow &flow);
     void sweep();
@@ -91,6 +101,8 @@ private:
     std::unordered_map<std::uint64_t, std::unique_ptr<Flow>> flows_;
     std::unordered_map<std::uint64_t, Fsync> fsyncs_;
     std::vector<data::Completion> reaped_;
+    std::uint64_t message_bytes_ = 0;
+    std::uint64_t rdma_bytes_ = 0;
 };
 
 } // namespace pvfs::server

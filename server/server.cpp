@@ -321,6 +321,10 @@ proto::StatusResponse Server::status() const
     s.uptime_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                  std::chrono::steady_clock::now() - started_)
                                                  .count());
+    if (data_) {
+        s.bulk_message_bytes = data_->message_bytes();
+        s.bulk_rdma_bytes = data_->rdma_bytes();
+    }
     return s;
 }
 

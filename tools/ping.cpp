@@ -45,6 +45,10 @@ static int run(int argc, char **argv)
                 j["round_trip_ms"] = ms;
                 j["config_identical"] = same;
                 j["uptime_s"] = static_cast<double>(s.status.uptime_ns) / 1e9;
+                if ((s.status.roles & proto::role_data) != 0) {
+                    j["bulk_message_bytes"] = s.status.bulk_message_bytes;
+                    j["bulk_rdma_bytes"] = s.status.bulk_rdma_bytes;
+                }
             }
             out.push_back(j);
             continue;

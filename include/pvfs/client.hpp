@@ -76,6 +76,12 @@ public:
     [[nodiscard]] std::size_t active() const noexcept;
     [[nodiscard]] std::size_t peak_active() const noexcept;
 
+    // Registers `memory` with the network for the loop's life, so that the
+    // reads and writes of any client on this loop that use it register
+    // nothing themselves (pvfsd: its shared data buffers).  The memory
+    // must stay mapped while the loop lives.
+    void register_memory(std::span<std::byte> memory);
+
     struct Impl;
     [[nodiscard]] Impl &impl() noexcept { return *impl_; }
 
@@ -116,6 +122,10 @@ struct Options {
     // uses InfiniBand end to end), else $PVFS_METHOD, else "tcp".  Every
     // server must have an address of that method.
     std::string method;
+    // Over ib, data servers move a read's or write's bytes themselves by
+    // RDMA of this client's memory (docs/server.md "Bulk data"); false, or
+    // $PVFS_RDMA=0: as messages, the flow used over tcp.
+    bool server_rdma = true;
 };
 
 // What setattr changes (proto's set_* bits) plus truncation.

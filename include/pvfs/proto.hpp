@@ -50,6 +50,9 @@ inline constexpr std::size_t key_size = 32;
 inline constexpr std::size_t max_readdir_entries = 4096;
 inline constexpr std::size_t max_config_text = std::size_t{1} << 20U;
 inline constexpr std::size_t max_inline_data = std::size_t{64} << 10U;
+// A read or write's RDMA descriptor: 16 bytes per memory piece and a header
+// (docs/bmi.md), room for more pieces than a request has regions.
+inline constexpr std::size_t max_rdma_descriptor = std::size_t{32} << 10U;
 // Largest encoded request: inline data (or an xattr value) with room for
 // the rest.  Servers accept unexpected messages this large; clients send them.
 inline constexpr std::size_t max_request_bytes = max_inline_data + (std::size_t{64} << 10U);
@@ -245,12 +248,16 @@ struct StatfsRequest {
     friend bool operator==(const StatfsRequest &, const StatfsRequest &) = default;
 };
 // The data moves as separate BMI messages on the request's tag (the server
-// pushes read chunks of chunk_size bytes); see docs/protocol.md.
+// pushes read chunks of chunk_size bytes), or, when `rdma` is set, by RDMA
+// of the client memory it describes: the bytes bmi::Bmi::expose() gave for
+// the request's stream, which the server reads (write) or writes (read)
+// itself; see docs/protocol.md.
 struct ReadRequest {
     Handle handle = no_handle;
     std::vector<Region> regions; // at most max_io_regions
     std::uint32_t chunk_size = 0;
     std::uint32_t flags = 0; // carried for the data server, not interpreted here
+    Bytes rdma;              // empty, or the client's exposed memory (max_rdma_descriptor)
     friend bool operator==(const ReadRequest &, const ReadRequest &) = default;
 };
 struct WriteRequest {
@@ -259,6 +266,7 @@ struct WriteRequest {
     std::uint32_t chunk_size = 0;
     std::uint32_t flags = 0;
     Bytes inline_data; // the whole payload when small (<= max_inline_data), else empty
+    Bytes rdma;        // as ReadRequest::rdma; never with inline_data
     friend bool operator==(const WriteRequest &, const WriteRequest &) = default;
 };
 struct FsyncRequest {
@@ -382,6 +390,10 @@ struct StatusResponse {
     std::array<std::byte, 32> config_hash{};
     std::uint32_t roles = 0; // role_metadata | role_data
     std::uint64_t uptime_ns = 0;
+    // File data this server moved as its own bulk messages, and by RDMA
+    // of the clients' memory (reads and writes together, since start).
+    std::uint64_t bulk_message_bytes = 0;
+    std::uint64_t bulk_rdma_bytes = 0;
     friend bool operator==(const StatusResponse &, const StatusResponse &) = default;
 };
 struct LookupResponse {

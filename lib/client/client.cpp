@@ -65,6 +65,7 @@ struct Client::Impl {
     std::vector<std::string> urls; // per server: the address used
     std::vector<std::size_t> meta_servers;
     std::vector<std::size_t> data_servers;
+    bool rdma = false; // data servers move bulk data by RDMA (Options::server_rdma)
 
     struct CachedAttr {
         Attr attr;
@@ -430,56 +431,26 @@ struct Client::Impl {
                     data.reserve(bytes);
                     for (const auto &[p, n] : segments)
                         data.insert(data.end(), p, p + n);
-                    r->req.body =
-                        proto::WriteRequest{h, std::move(req_regions), chunk, 0, std::move(data)};
+                    r->req.body = proto::WriteRequest{h, std::move(req_regions), chunk,
+                                                      0, std::move(data),        {}};
                 } else {
-                    cut_chunks(*r, segments, chunk, is_write);
+                    r->pieces.reserve(segments.size());
+                    for (const auto &[base, n] : segments)
+                        r->pieces.push_back({base, n});
+                    r->is_write = is_write;
+                    r->chunk = chunk;
+                    r->rdma = rdma;
                     if (is_write) {
-                        r->req.body = proto::WriteRequest{h, std::move(req_regions), chunk, 0, {}};
+                        r->req.body =
+                            proto::WriteRequest{h, std::move(req_regions), chunk, 0, {}, {}};
                     } else {
-                        r->req.body = proto::ReadRequest{h, std::move(req_regions), chunk, 0};
+                        r->req.body = proto::ReadRequest{h, std::move(req_regions), chunk, 0, {}};
                     }
                 }
                 rpcs.push_back(std::move(r));
             }
         }
         return 0;
-    }
-
-    // Cuts a request's memory segments into chunk-sized lists of pieces.
-    static void cut_chunks(Rpc &r, const std::vector<std::pair<std::byte *, std::size_t>> &segments,
-                           std::uint32_t chunk, bool is_write)
-    {
-        std::vector<bmi::ConstBuffer> send;
-        std::vector<bmi::MutableBuffer> recv;
-        std::size_t room = chunk;
-        for (const auto &[base, size] : segments) {
-            std::size_t off = 0;
-            while (off < size) {
-                const std::size_t n = std::min(room, size - off);
-                if (is_write) {
-                    send.push_back({base + off, n});
-                } else {
-                    recv.push_back({base + off, n});
-                }
-                off += n;
-                room -= n;
-                if (room == 0) {
-                    if (is_write) {
-                        r.send_chunks.push_back(std::move(send));
-                        send.clear();
-                    } else {
-                        r.recv_chunks.push_back(std::move(recv));
-                        recv.clear();
-                    }
-                    room = chunk;
-                }
-            }
-        }
-        if (!send.empty())
-            r.send_chunks.push_back(std::move(send));
-        if (!recv.empty())
-            r.recv_chunks.push_back(std::move(recv));
     }
 
     // Runs one metadata request about `h` (routed to h's metadata server).
@@ -648,6 +619,9 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
         urls.push_back(chosen);
     }
     impl->set_servers(urls);
+    const char *rdma_env = std::getenv("PVFS_RDMA"); // NOLINT(concurrency-mt-unsafe)
+    impl->rdma = method == "ib" && options.server_rdma &&
+                 (rdma_env == nullptr || std::string_view(rdma_env) != "0");
     impl->meta_servers = c.metadata_servers();
     impl->data_servers = c.data_servers();
     return std::unique_ptr<Client>(new Client(std::move(impl)));

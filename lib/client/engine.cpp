@@ -134,6 +134,11 @@ std::size_t Loop::peak_active() const noexcept
     return impl_->peak_batches;
 }
 
+void Loop::register_memory(std::span<std::byte> memory)
+{
+    impl_->registrations.push_back(impl_->bmi->register_memory(memory.data(), memory.size()));
+}
+
 // ---- the engine ------------------------------------------------------------
 
 bmi::Addr Loop::Impl::addr_of(const std::string &url, int &error)
@@ -187,14 +192,15 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
     r.req.cred = context.cred;
     r.tag = take_tag();
     r.started = Clock::now();
-    proto::encode(r.req, *r.key, r.out);
-    r.in.resize(response_capacity(r.req.body));
     int error = 0;
     const bmi::Addr to = addr_of(*r.url, error);
     if (to == bmi::no_addr) {
         r.error = error;
         return;
     }
+    attach_data(r, to);
+    proto::encode(r.req, *r.key, r.out);
+    r.in.resize(response_capacity(r.req.body));
     track(r, bmi->post_recv(to, r.in.data(), r.in.size(), r.tag, nullptr, ctx), true);
     if (r.error != 0)
         return;
@@ -212,6 +218,62 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
     }
     if (r.error != 0)
         cancel_ops(r);
+}
+
+// How a read's or write's data moves: exposed to the server, which moves
+// it by RDMA, or (over tcp, or when the memory cannot be exposed) as bulk
+// chunks of the request's stream.
+void Loop::Impl::attach_data(Rpc &r, bmi::Addr to) const
+{
+    if (r.pieces.empty())
+        return;
+    if (r.rdma) {
+        std::vector<std::byte> descriptor;
+        const int rc = bmi->expose(to, r.pieces, r.exposure, descriptor);
+        if (rc == 0 && descriptor.size() <= proto::max_rdma_descriptor) {
+            if (auto *read = std::get_if<proto::ReadRequest>(&r.req.body))
+                read->rdma = std::move(descriptor);
+            else if (auto *write = std::get_if<proto::WriteRequest>(&r.req.body))
+                write->rdma = std::move(descriptor);
+            return;
+        }
+        gossip::debug(Mask::client, "request to {}: data as messages, not RDMA ({})", *r.url,
+                      rc != 0 ? error_text(rc) : "descriptor too long");
+        r.exposure = bmi::Exposure{};
+        r.rdma = false;
+    }
+    cut_chunks(r);
+}
+
+// Cuts a request's memory pieces into chunk-sized lists of pieces.
+void Loop::Impl::cut_chunks(Rpc &r)
+{
+    std::vector<bmi::ConstBuffer> send;
+    std::vector<bmi::MutableBuffer> recv;
+    std::size_t room = r.chunk;
+    auto close_chunk = [&] {
+        if (r.is_write && !send.empty())
+            r.send_chunks.push_back(std::exchange(send, {}));
+        if (!r.is_write && !recv.empty())
+            r.recv_chunks.push_back(std::exchange(recv, {}));
+        room = r.chunk;
+    };
+    for (const bmi::MutableBuffer &piece : r.pieces) {
+        std::size_t off = 0;
+        while (off < piece.size) {
+            const std::size_t n = std::min(room, piece.size - off);
+            std::byte *at = static_cast<std::byte *>(piece.data) + off;
+            if (r.is_write)
+                send.push_back({at, n});
+            else
+                recv.push_back({at, n});
+            off += n;
+            room -= n;
+            if (room == 0)
+                close_chunk();
+        }
+    }
+    close_chunk();
 }
 
 void Loop::Impl::cancel_ops(const Rpc &r) const
@@ -342,7 +404,11 @@ void Loop::Impl::stop(Batch &b, int error)
             --b.unfinished;
             continue;
         }
-        cancel_ops(*r);
+        // A server moving data by RDMA may still write into the caller's
+        // memory: wait for its response, which comes after its last write
+        // (abandon() cuts the connection if it does not come in time).
+        if (!r->rdma)
+            cancel_ops(*r);
         settle(b, *r);
     }
     for (auto &[server, q] : b.queues)
@@ -360,8 +426,21 @@ void Loop::Impl::abandon(Batch &b)
         if (!r->ops.empty())
             gossip::error(Mask::client, "{} operations to {} did not end after cancel",
                           r->ops.size(), *r->url);
-        for (const bmi::OpId op : r->ops)
+        for (const bmi::OpId op : r->ops) {
             ops.erase(op);
+            static_cast<void>(bmi->cancel(op));
+        }
+        if (r->rdma && !r->response_arrived) {
+            // Nothing but the end of the connection stops the server's
+            // RDMA into memory that is about to be reused.
+            if (const auto it = addrs.find(*r->url); it != addrs.end()) {
+                gossip::warning(Mask::client,
+                                "no response from {} in time; closing the "
+                                "connection its RDMA uses",
+                                *r->url);
+                static_cast<void>(bmi->set_info(bmi::Info::drop_addr, it->second));
+            }
+        }
         r->ops.clear();
         r->finished = true;
         r->batch = nullptr;

@@ -48,7 +48,15 @@ struct Rpc {
     std::vector<std::byte> out;
     std::vector<std::byte> in;
     bmi::Tag tag = 0;
-    // Bulk chunks, each a list of memory pieces (the request's stream).
+    // A read's or write's memory, the request's stream in order, and how
+    // it moves: exposed to the server when `rdma` (the server then reads or
+    // writes it itself), else cut into bulk chunks of `chunk` bytes, each a
+    // list of memory pieces.
+    std::vector<bmi::MutableBuffer> pieces;
+    bool is_write = false;
+    bool rdma = false;
+    std::uint32_t chunk = 0;
+    bmi::Exposure exposure; // held until the response came
     std::vector<std::vector<bmi::ConstBuffer>> send_chunks;
     std::vector<std::vector<bmi::MutableBuffer>> recv_chunks;
 
@@ -105,6 +113,7 @@ struct Loop::Impl {
     std::unordered_map<bmi::OpId, detail::Rpc *> ops; // posted, not yet reaped
     std::vector<detail::Batch *> ended;               // to resume at the end of poll()
     std::size_t peak_batches = 0;
+    std::vector<bmi::Registration> registrations; // Loop::register_memory
 
     // co_await run(rpcs, depth, timeout): every request answered, failed,
     // timed out or cancelled (each's result() says which).  The rpcs (with
@@ -139,6 +148,8 @@ private:
     void track(detail::Rpc &r, const bmi::Post &p, bool is_response);
     void start(detail::Rpc &r, const detail::Context &context);
     void cancel_ops(const detail::Rpc &r) const;
+    static void cut_chunks(detail::Rpc &r);
+    void attach_data(detail::Rpc &r, bmi::Addr to) const;
     void on_completion(detail::Rpc &r, const bmi::Completion &c);
     static void decode(detail::Rpc &r);
     void launch(detail::Batch &b, std::size_t server);

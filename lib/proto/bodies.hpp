@@ -205,6 +205,7 @@ template <class Io, Is<ReadRequest> B> void fields(Io &io, B &b)
     regions(io, b.regions);
     io.num(b.chunk_size);
     io.num(b.flags);
+    io.blob(b.rdma, max_rdma_descriptor, "RDMA descriptor longer than 32 KiB");
 }
 
 template <class Io, Is<WriteRequest> B> void fields(Io &io, B &b)
@@ -214,6 +215,9 @@ template <class Io, Is<WriteRequest> B> void fields(Io &io, B &b)
     io.num(b.chunk_size);
     io.num(b.flags);
     io.blob(b.inline_data, max_inline_data, "inline write data longer than 64 KiB");
+    io.blob(b.rdma, max_rdma_descriptor, "RDMA descriptor longer than 32 KiB");
+    if (!b.inline_data.empty() && !b.rdma.empty())
+        io.fail_if_decoding(DecodeError::bad_value, "a write with inline data and RDMA");
 }
 
 template <class Io, Is<ObjectSizesRequest> B> void fields(Io &io, B &b)
@@ -282,6 +286,8 @@ template <class Io, Is<StatusResponse> B> void fields(Io &io, B &b)
     io.hash(b.config_hash);
     io.num(b.roles);
     io.num(b.uptime_ns);
+    io.num(b.bulk_message_bytes);
+    io.num(b.bulk_rdma_bytes);
 }
 
 template <class Io, class B>

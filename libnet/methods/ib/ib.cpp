@@ -872,9 +872,11 @@ std::uint64_t IbMethod::open_connections() const
 
 std::shared_ptr<void> IbMethod::register_memory(void *data, std::size_t size)
 {
-    // Registered on the devices open now and on those opened later; a
-    // process that never uses ib registers (pins) nothing.
-    if (!channel_ || size == 0)
+    // Registered on the devices open now and on those opened later (the
+    // registry remembers it): a process that never uses ib registers (pins)
+    // nothing, and one that registers before its first ib transfer (pvfsd
+    // at start) has its memory registered when the device opens.
+    if (size == 0)
         return nullptr;
     std::vector<std::shared_ptr<ibv_pd>> pds;
     for (const auto &d : devices_)

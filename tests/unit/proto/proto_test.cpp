@@ -178,6 +178,26 @@ ATF_TEST_CASE_BODY(round_trip_requests)
     }
 }
 
+// The samples hold one body per op; a write's other shape, its data
+// described for RDMA instead of inline, separately.
+ATF_TEST_CASE_WITHOUT_HEAD(round_trip_write_described_for_rdma);
+ATF_TEST_CASE_BODY(round_trip_write_described_for_rdma)
+{
+    const auto key = samples::test_key();
+    const proto::Request req =
+        samples::request(proto::WriteRequest{.handle = 7,
+                                             .regions = samples::regions(3),
+                                             .chunk_size = 1U << 20U,
+                                             .flags = 0,
+                                             .inline_data = {},
+                                             .rdma = samples::pattern(40, 5)});
+    proto::Request back;
+    const auto r = proto::decode(encoded(req, key), key, back);
+    if (!r)
+        ATF_FAIL("write described for RDMA: " + std::string(r.message()));
+    ATF_REQUIRE(back == req);
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(round_trip_responses);
 ATF_TEST_CASE_BODY(round_trip_responses)
 {
@@ -574,6 +594,16 @@ ATF_TEST_CASE_BODY(bad_values)
         DecodeError::bad_value, "xattr flags 4");
     require_request_error(samples::request(AccessRequest{.handle = 1, .mask = 8}),
                           DecodeError::bad_value, "access mask 8");
+    require_request_error(samples::request(WriteRequest{.handle = 1,
+                                                        .regions = {{0, 3}},
+                                                        .inline_data = samples::pattern(3, 1),
+                                                        .rdma = samples::pattern(24, 2)}),
+                          DecodeError::bad_value, "write with inline data and RDMA");
+    require_request_error(
+        samples::request(ReadRequest{.handle = 1,
+                                     .regions = {{0, 3}},
+                                     .rdma = samples::pattern(max_rdma_descriptor + 1, 3)}),
+        DecodeError::too_long, "RDMA descriptor of 32 KiB + 1");
 
     // The remote-directory bodies check their fields too.
     pvfs::Attr not_dir = samples::dir_attr();
@@ -977,6 +1007,7 @@ ATF_TEST_CASE_BODY(replay_session_cap)
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, round_trip_requests);
+    ATF_ADD_TEST_CASE(tcs, round_trip_write_described_for_rdma);
     ATF_ADD_TEST_CASE(tcs, round_trip_responses);
     ATF_ADD_TEST_CASE(tcs, error_responses);
     ATF_ADD_TEST_CASE(tcs, answers_binds_request);
