@@ -67,9 +67,10 @@ enum class Info : std::uint8_t {
                            // before reading from it pauses (1 MiB)
     idle_timeout_ms,       // an op without progress this long fails (30000)
     keepalive_ms,          // TCP keepalive idle time (10000)
-    spin_us,               // a test* call that must wait polls this long
-                           // before it sleeps on the method fds (50; 0 to
-                           // never poll; at most 10000)
+    spin_us,               // a test* call that must wait polls at least
+                           // this long before it sleeps on the method fds
+                           // (50; 0 to never poll; at most 10000); see
+                           // poll_us
     drop_addr,             // set: close the connections to this Addr now;
                            // its ops fail with -ECONNRESET
     engine,                // get: 1 epoll, 2 io_uring (env BMI_TCP_ENGINE)
@@ -79,6 +80,10 @@ enum class Info : std::uint8_t {
     registrations,         // get: memory registrations the ib method made
                            // for transfers (not memalloc / register_memory)
     registration_hits,     // get: transfers served by a cached registration
+    poll_us,               // get: how long the next wait polls: spin_us, or
+                           // when most recent waits ended within 1 ms,
+                           // twice their typical length (at most 1 ms), so
+                           // a slow round trip is not paid with a sleep
 };
 
 // A contiguous piece of a list send / receive.

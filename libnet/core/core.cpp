@@ -469,15 +469,41 @@ int Core::sleep_budget(Clock::time_point deadline)
     return static_cast<int>(std::min<long long>(left + 1, 1000));
 }
 
+void PollLearner::learn(std::chrono::nanoseconds waited)
+{
+    // Moving averages over about the last eight waits.
+    constexpr double weight = 1.0 / 8;
+    const double us = std::chrono::duration<double, std::micro>(waited).count();
+    const bool is_long = waited > Limits::max_learned_spin;
+    long_share_ += ((is_long ? 1.0 : 0.0) - long_share_) * weight;
+    if (!is_long)
+        short_wait_us_ += (us - short_wait_us_) * weight;
+}
+
+std::chrono::microseconds PollLearner::poll_time(std::chrono::microseconds spin) const
+{
+    // Polling turned off stays off; mostly long waits keep the spin.
+    if (spin.count() == 0 || long_share_ > 0.5)
+        return spin;
+    const auto learned = std::chrono::microseconds(static_cast<std::int64_t>(2 * short_wait_us_));
+    return std::clamp(learned, spin, std::max(spin, Limits::max_learned_spin));
+}
+
 Core::WaitWindow Core::wait_window(int max_idle_ms) const
 {
     const auto now = Clock::now();
     const auto idle = std::chrono::milliseconds(std::max(max_idle_ms, 0));
     const auto deadline = now + idle;
-    return {deadline, std::min(deadline, now + limits.spin)};
+    return {now, deadline, std::min(deadline, now + poll_learner.poll_time(limits.spin)), false};
 }
 
-bool Core::idle_step(const WaitWindow &w)
+void Core::waited_for_work(const WaitWindow &w)
+{
+    if (w.waited)
+        poll_learner.learn(Clock::now() - w.start);
+}
+
+bool Core::idle_step(WaitWindow &w)
 {
     constexpr int fast_polls = 32;
     if (external_ready) {
@@ -488,6 +514,7 @@ bool Core::idle_step(const WaitWindow &w)
     const int budget = sleep_budget(w.deadline);
     if (budget == 0)
         return false;
+    w.waited = true;
     // Polling first: a reply that comes within microseconds is seen
     // without paying for a sleep and a wake-up, which cost more than the
     // message itself on loopback and on fast networks.
@@ -610,19 +637,20 @@ bool Core::test(OpId id, Completion &out, int max_idle_ms)
         out = Completion{id, -EINVAL, 0, nullptr, no_addr, 0};
         return true;
     }
-    const WaitWindow window = wait_window(max_idle_ms);
+    WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     while (ops[i].state != OpState::done) {
         if (!idle_step(window))
             return false;
     }
+    waited_for_work(window);
     out = reap(i);
     return true;
 }
 
 std::size_t Core::testsome(std::span<const OpId> ids, std::vector<Completion> &out, int max_idle_ms)
 {
-    const WaitWindow window = wait_window(max_idle_ms);
+    WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     for (;;) {
         std::size_t n = 0;
@@ -633,8 +661,10 @@ std::size_t Core::testsome(std::span<const OpId> ids, std::vector<Completion> &o
                 ++n;
             }
         }
-        if (n > 0)
+        if (n > 0) {
+            waited_for_work(window);
             return n;
+        }
         if (!idle_step(window))
             return 0;
     }
@@ -644,15 +674,17 @@ std::size_t Core::testcontext(ContextId ctx, std::span<Completion> out, int max_
 {
     if (ctx == 0 || ctx >= contexts_.size() || !contexts_[ctx].open || out.empty())
         return 0;
-    const WaitWindow window = wait_window(max_idle_ms);
+    WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     for (;;) {
         std::size_t n = 0;
         OpList &done = contexts_[ctx].done;
         while (n < out.size() && !done.empty())
             out[n++] = reap(done.front());
-        if (n > 0)
+        if (n > 0) {
+            waited_for_work(window);
             return n;
+        }
         if (!idle_step(window))
             return 0;
     }
@@ -661,7 +693,7 @@ std::size_t Core::testcontext(ContextId ctx, std::span<Completion> out, int max_
 std::size_t Core::testunexpected(std::vector<UnexpectedMessage> &out, std::size_t max,
                                  int max_idle_ms)
 {
-    const WaitWindow window = wait_window(max_idle_ms);
+    WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     for (;;) {
         std::size_t n = 0;
@@ -670,8 +702,10 @@ std::size_t Core::testunexpected(std::vector<UnexpectedMessage> &out, std::size_
             unexpected_.pop_front();
             ++n;
         }
-        if (n > 0 || max == 0)
+        if (n > 0 || max == 0) {
+            waited_for_work(window);
             return n;
+        }
         if (!idle_step(window))
             return 0;
     }
@@ -683,7 +717,7 @@ std::size_t Core::testany(ContextId ctx, std::span<Completion> done, std::size_t
 {
     done_count = 0;
     const bool ctx_ok = ctx != 0 && ctx < contexts_.size() && contexts_[ctx].open;
-    const WaitWindow window = wait_window(max_idle_ms);
+    WaitWindow window = wait_window(max_idle_ms);
     progress(0);
     for (;;) {
         if (ctx_ok) {
@@ -697,8 +731,10 @@ std::size_t Core::testany(ContextId ctx, std::span<Completion> done, std::size_t
             unexpected_.pop_front();
             ++n;
         }
-        if (done_count + n > 0)
+        if (done_count + n > 0) {
+            waited_for_work(window);
             return done_count + n;
+        }
         if (!idle_step(window))
             return 0;
     }
@@ -757,6 +793,7 @@ int Core::set_info(Info key, std::uint64_t value)
     case Info::direct_sends:
     case Info::registrations:
     case Info::registration_hits:
+    case Info::poll_us:
         return -EINVAL;
     }
     return -EINVAL;
@@ -777,6 +814,8 @@ std::uint64_t Core::get_info(Info key) const
         return static_cast<std::uint64_t>(limits.keepalive.count());
     case Info::spin_us:
         return static_cast<std::uint64_t>(limits.spin.count());
+    case Info::poll_us:
+        return static_cast<std::uint64_t>(poll_learner.poll_time(limits.spin).count());
     case Info::engine:
         return methods_[0]->engine();
     case Info::open_connections: {

@@ -175,6 +175,27 @@ struct Limits {
     // How long a test* call polls before it sleeps (see Info::spin_us).
     std::chrono::microseconds spin{50};
     static constexpr std::uint64_t max_spin_us = 10000;
+    // Waits that end within this are "short": the poll time follows them.
+    static constexpr std::chrono::microseconds max_learned_spin{1000};
+};
+
+// The poll time of test* calls, learned from how their waits ended.  A
+// wait that polls and then sleeps costs a wake-up (tens to hundreds of µs)
+// on top of the round trip; when the round trips a process waits for keep
+// ending a little after the configured spin (a slow network, an emulated
+// machine, a peer that computes briefly), polling a little longer is
+// cheaper.  Waits for long things (an idle server, a disk) keep the
+// configured spin.
+class PollLearner {
+public:
+    // A wait that ended with work after `waited`.
+    void learn(std::chrono::nanoseconds waited);
+    // How long the next wait polls, given the configured spin.
+    [[nodiscard]] std::chrono::microseconds poll_time(std::chrono::microseconds spin) const;
+
+private:
+    double short_wait_us_ = 0; // moving average of the short waits
+    double long_share_ = 1;    // moving share of the waits that were long
 };
 
 // Delivers unexpected messages; shared with the messages so that freeing one
@@ -207,6 +228,7 @@ public:
     // --- for methods ---
     std::vector<Op> ops;
     Limits limits;
+    PollLearner poll_learner;
     // Set by a method when a watched fd is readable; test* return then.
     bool external_ready = false;
     // Set by the first method when another method's fd (watch_internal)
@@ -284,13 +306,17 @@ private:
     [[nodiscard]] static int sleep_budget(Clock::time_point deadline);
     // The deadline of a test* call and the end of its polling phase.
     struct WaitWindow {
+        Clock::time_point start;
         Clock::time_point deadline;
         Clock::time_point spin_until;
+        bool waited = false; // idle_step ran at least once
     };
     [[nodiscard]] WaitWindow wait_window(int max_idle_ms) const;
     // One round of waiting: polls the methods without sleeping before
     // spin_until, sleeps on their fds after.  False once the deadline passed.
-    bool idle_step(const WaitWindow &w);
+    bool idle_step(WaitWindow &w);
+    // A test* call found work after waiting: the poll time learns from it.
+    void waited_for_work(const WaitWindow &w);
 
     std::vector<std::unique_ptr<Method>> methods_;
     std::vector<AddrEntry> addrs_; // Addr n is addrs_[n - 1]
