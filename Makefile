@@ -82,7 +82,7 @@ FUZZ_BUILD := $(SRC)/build-fuzz
 FUZZ_TIME ?= 600
 fuzz-build:
 	@[ -f $(FUZZ_BUILD)/build.ninja ] || CC=clang CXX=clang++ cmake -S $(SRC) -B $(FUZZ_BUILD) -G Ninja -DPVFS_FUZZ=ON >/dev/null
-	@ninja -C $(FUZZ_BUILD)
+	@ninja -C $(FUZZ_BUILD) fuzz-targets
 
 fuzz: fuzz-build
 	@scripts/fuzz --time $(FUZZ_TIME)
