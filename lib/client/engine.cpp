@@ -499,7 +499,7 @@ int Loop::Impl::idle_ms(int max_idle_ms, Clock::time_point now) const
 
 void Loop::Impl::poll(int max_idle_ms)
 {
-    std::array<bmi::Completion, 64> done{};
+    auto &done = completions;
     const std::size_t n = bmi->testcontext(ctx, done, idle_ms(max_idle_ms, Clock::now()));
     for (std::size_t i = 0; i < n; ++i) {
         const auto it = ops.find(done.at(i).op);

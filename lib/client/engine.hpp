@@ -10,6 +10,7 @@
 // locks.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
@@ -112,6 +113,10 @@ struct Loop::Impl {
     std::unordered_set<detail::Batch *> active;
     std::unordered_map<bmi::OpId, detail::Rpc *> ops; // posted, not yet reaped
     std::vector<detail::Batch *> ended;               // to resume at the end of poll()
+    // poll()'s completions, kept: 64 cleared on every call (a pvfsd or a
+    // tool polls again and again while it waits) cost more than the poll.
+    // poll() is done with them before it resumes anyone who might poll.
+    std::array<bmi::Completion, 64> completions{};
     std::size_t peak_batches = 0;
     std::vector<bmi::Registration> registrations; // Loop::register_memory
 
