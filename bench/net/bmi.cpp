@@ -32,6 +32,7 @@
 #include <string_view>
 #include <system_error>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -388,10 +389,15 @@ void run_lat(parent_side &ps, const bench::options &o)
     std::vector<std::byte> pong = filled(o.largest(), std::byte{0xa5});
     for (unsigned rep = 0; rep < o.reps; ++rep) {
         for (const std::size_t size : o.sizes) {
+            std::vector<double> round_trips;
+            round_trips.reserve(o.iters);
             double t0 = bench::now();
+            double start = t0;
             for (unsigned i = 0; i < o.warmup + o.iters; ++i) {
                 if (i == o.warmup)
                     t0 = bench::now();
+                if (i >= o.warmup)
+                    start = bench::now();
                 // The receive is posted first, so the pong never waits in
                 // BMI's buffers for it.
                 const bmi::Post r =
@@ -400,8 +406,10 @@ void run_lat(parent_side &ps, const bench::options &o)
                         "send ping");
                 if (ep.wait(r, "recv pong") != size)
                     throw std::runtime_error("short pong");
+                if (i >= o.warmup)
+                    round_trips.push_back(bench::now() - start);
             }
-            bench::report_lat(size, rep, o.iters, bench::now() - t0);
+            bench::report_lat(size, rep, bench::now() - t0, std::move(round_trips));
         }
     }
     echo.join("echo");

@@ -180,6 +180,22 @@ void report_lat(std::size_t size, unsigned rep, unsigned iters, double seconds)
     std::fflush(stdout);
 }
 
+void report_lat(std::size_t size, unsigned rep, double seconds, std::vector<double> round_trips)
+{
+    if (round_trips.empty()) {
+        report_lat(size, rep, 0, seconds);
+        return;
+    }
+    const auto middle = round_trips.begin() + static_cast<std::ptrdiff_t>(round_trips.size() / 2);
+    std::nth_element(round_trips.begin(), middle, round_trips.end());
+    const auto [low, high] = std::minmax_element(round_trips.begin(), round_trips.end());
+    constexpr double us = 1e6;
+    fmt::print("lat size={} rep={} iters={} seconds={:.9f} rtt_min_us={:.3f} rtt_median_us={:.3f} "
+               "rtt_max_us={:.3f}\n",
+               size, rep, round_trips.size(), seconds, *low * us, *middle * us, *high * us);
+    std::fflush(stdout);
+}
+
 void report_m2o(unsigned clients, std::size_t request, std::size_t reply, unsigned rep,
                 unsigned client, std::uint64_t iters, double seconds)
 {

@@ -74,6 +74,10 @@ double cpu_seconds();
 void report_bw(std::size_t size, unsigned rep, std::size_t window, std::uint64_t msgs,
                double seconds, double cpu);
 void report_lat(std::size_t size, unsigned rep, unsigned iters, double seconds);
+// The same, with each timed round trip (seconds): the line also gives their
+// minimum, median and maximum in microseconds, as perftest's t_min,
+// t_typical and t_max, so that a median is compared with a median.
+void report_lat(std::size_t size, unsigned rep, double seconds, std::vector<double> round_trips);
 void report_m2o(unsigned clients, std::size_t request, std::size_t reply, unsigned rep,
                 unsigned client, std::uint64_t iters, double seconds);
 
