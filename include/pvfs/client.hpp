@@ -102,6 +102,13 @@ struct Options {
     Credentials credentials;
     // How long cached attributes and names are trusted.
     std::chrono::milliseconds attr_timeout{1000};
+    // How long a regular file's layout (how its bytes are striped), once
+    // seen in any answer, serves its reads and writes without asking its
+    // metadata server again.  A layout changes only while the file is
+    // empty (pvfs.layout); each getattr, lookup or create of the file
+    // refreshes it.  pvfsd, whose kernel asks for attributes at every open,
+    // keeps layouts longer than attributes.
+    std::chrono::milliseconds layout_timeout{1000};
     // Requests in flight per server for one striped read or write.
     unsigned pipeline_depth = 4;
     // Bytes per request of a striped read or write (several chunks).

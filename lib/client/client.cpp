@@ -77,6 +77,11 @@ struct Client::Impl {
     };
     std::unordered_map<Handle, CachedAttr> attrs;
     std::unordered_map<std::string, CachedName> names;
+    // Regular files' type and layout, for I/O (Options::layout_timeout):
+    // kept apart from `attrs`, whose sizes and times go stale at once in
+    // pvfsd while a layout stays right until the file is re-striped.
+    std::unordered_map<Handle, CachedAttr> layouts;
+    static constexpr std::size_t max_cached_layouts = 65536;
     // Files this client wrote since it last told their metadata server
     // (mtime, ctime, setuid/setgid clearing happen at fsync).
     std::unordered_set<Handle> written;
@@ -163,8 +168,18 @@ struct Client::Impl {
 
     void remember(const Attr &a)
     {
+        remember_layout(a);
         if (options.attr_timeout.count() > 0)
             attrs[a.handle] = CachedAttr{a, Clock::now() + options.attr_timeout};
+    }
+
+    void remember_layout(const Attr &a)
+    {
+        if (options.layout_timeout.count() <= 0 || a.type != ObjectType::regular)
+            return;
+        if (layouts.size() >= max_cached_layouts && !layouts.contains(a.handle))
+            layouts.clear();
+        layouts[a.handle] = CachedAttr{a, Clock::now() + options.layout_timeout};
     }
 
     void remember_name(Handle parent, std::string_view name, Handle h)
@@ -295,11 +310,16 @@ struct Client::Impl {
 
     // Attributes as the metadata server keeps them, without asking the data
     // servers for the size: what I/O needs (the type and layout).  A cached
-    // attribute serves; the answer is not cached (its size is not known).
+    // attribute or layout serves; the answer goes to the layout cache only
+    // (its size is not known).
     Task<int> getattr_no_size(Handle h, Attr &out)
     {
-        const auto it = attrs.find(h);
-        if (it != attrs.end() && it->second.expires > Clock::now()) {
+        const auto now = Clock::now();
+        if (const auto it = attrs.find(h); it != attrs.end() && it->second.expires > now) {
+            out = it->second.attr;
+            co_return 0;
+        }
+        if (const auto it = layouts.find(h); it != layouts.end() && it->second.expires > now) {
             out = it->second.attr;
             co_return 0;
         }
@@ -308,6 +328,7 @@ struct Client::Impl {
         if (const int rc = co_await meta_call(h, std::move(request), r); rc != 0)
             co_return rc;
         out = r.attr;
+        remember_layout(out);
         co_return 0;
     }
 
@@ -644,6 +665,7 @@ void Client::forget_cache()
 {
     impl_->attrs.clear();
     impl_->names.clear();
+    impl_->layouts.clear();
     std::erase_if(impl_->access_cache, [](const auto &e) { return !e.second.pinned; });
 }
 
@@ -980,6 +1002,7 @@ Task<int> Client::co_unlink(Handle parent, std::string_view name)
     if (r.handle == no_handle) // a dangling entry: only the name went
         co_return 0;
     m.forget(r.handle);
+    m.layouts.erase(r.handle);
     if (r.type == ObjectType::regular && r.nlink_after == 0)
         co_await m.remove_objects(r.handle, r.layout);
     co_return 0;
@@ -1041,9 +1064,13 @@ Task<std::int64_t> Client::co_read(Handle handle, std::uint64_t offset, std::spa
 {
     Impl &m = *impl_;
     Attr a;
+    // The size from the attribute cache, taken before anything else may
+    // come from the layout cache, whose sizes are old.
     const auto cached = m.attrs.find(handle);
     const bool size_known = cached != m.attrs.end() && cached->second.expires > Clock::now();
-    if (const int rc = co_await m.getattr_no_size(handle, a); rc != 0)
+    if (size_known)
+        a = cached->second.attr;
+    else if (const int rc = co_await m.getattr_no_size(handle, a); rc != 0)
         co_return rc;
     if (a.type != ObjectType::regular)
         co_return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
@@ -1292,6 +1319,7 @@ Task<int> Client::co_layout_set(Handle handle, const Layout &layout)
         co_return -EBUSY;
     proto::LayoutSetResponse r;
     m.forget(handle);
+    m.layouts.erase(handle);
     proto::RequestBody request = proto::LayoutSetRequest{handle, layout};
     co_return co_await m.meta_call(handle, std::move(request), r);
 }

@@ -4,6 +4,7 @@
 // (lookup).  Two clients on one real cluster: B changes things behind A's
 // back; A may see the old value until its timeout passes and must see the
 // new one after it; with attr_timeout 0 A sees every change at once.
+// Options::layout_timeout keeps layouts for I/O apart from attributes.
 #include <atf-c++.hpp>
 
 #include <cerrno>
@@ -11,6 +12,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,12 +59,15 @@ struct Cluster {
             servers[name] = std::make_unique<ServerProcess>(PVFS_SERVER_BINARY, files, name);
     }
 
-    [[nodiscard]] std::unique_ptr<client::Client> connect(std::chrono::milliseconds timeout) const
+    [[nodiscard]] std::unique_ptr<client::Client>
+    connect(std::chrono::milliseconds timeout,
+            std::optional<std::chrono::milliseconds> layout_timeout = std::nullopt) const
     {
         client::Options o;
         o.target = files.config_path;
         o.use_process_credentials = false;
         o.attr_timeout = timeout;
+        o.layout_timeout = layout_timeout.value_or(timeout);
         std::string error;
         auto c = client::Client::connect(o, error);
         require(c != nullptr, "connect: " + error);
@@ -223,8 +229,56 @@ ATF_TEST_CASE_BODY(zero_timeout_sees_everything_at_once)
             "A got the old handle of a recreated name with attr_timeout 0");
 }
 
+// Options::layout_timeout: with attributes not cached at all (as pvfsd
+// runs), A keeps a file's layout for its I/O; a getattr refreshes it, and
+// with layout_timeout 0 nothing is kept.
+ATF_TEST_CASE_WITHOUT_HEAD(layouts_kept_until_getattr);
+ATF_TEST_CASE_BODY(layouts_kept_until_getattr)
+{
+    Cluster cl;
+    auto a = cl.connect(0ms, cache_timeout);
+    auto uncached = cl.connect(0ms, 0ms);
+    auto b = cl.connect(0ms);
+    Attr f;
+    require_rc(b->create(root_handle, "f", 0644, true, Layout{64U << 10U, 2, 0}, f), 0, "create");
+    Attr seen;
+    require_rc(a->getattr(f.handle, seen), 0, "A getattr");
+    require_rc(uncached->getattr(f.handle, seen), 0, "uncached getattr");
+    const auto cached_at = Clock::now();
+    // B re-stripes the empty file onto the other server alone and fills it.
+    require_rc(b->layout_set(f.handle, Layout{64U << 10U, 1, 1}), 0, "B layout_set");
+    const auto data = test::pattern(256U << 10U, 3);
+    require_rc(b->write(f.handle, 0, data), static_cast<std::int64_t>(data.size()), "B write");
+
+    const proto::Region whole{0, data.size()};
+    std::vector<std::byte> back(data.size());
+    require_rc(uncached->read_list(f.handle, std::span(&whole, 1), back),
+               static_cast<std::int64_t>(data.size()), "uncached read");
+    require(back == data, "a client with layout_timeout 0 read with an old layout");
+    // A still stripes by what it saw: half of every 128 KiB from the wrong
+    // server (the window this option opens, as documented).
+    require_rc(a->read_list(f.handle, std::span(&whole, 1), back),
+               static_cast<std::int64_t>(data.size()), "A read (cached layout)");
+    require_within(cached_at, "layouts");
+    require(back != data, "A did not use its cached layout: the test cannot see a refresh");
+    require_rc(a->getattr(f.handle, seen), 0, "A getattr again");
+    require(seen.layout == (Layout{64U << 10U, 1, 1}), "A's getattr shows an old layout");
+    require_rc(a->read_list(f.handle, std::span(&whole, 1), back),
+               static_cast<std::int64_t>(data.size()), "A read after getattr");
+    require(back == data, "A's getattr did not refresh the layout its reads use");
+    // Writes go by the refreshed layout too; B reads them back.
+    const auto more = test::pattern(64U << 10U, 4);
+    require_rc(a->write(f.handle, data.size(), more), static_cast<std::int64_t>(more.size()),
+               "A write");
+    std::vector<std::byte> tail(more.size());
+    require_rc(b->read(f.handle, data.size(), tail), static_cast<std::int64_t>(more.size()),
+               "B read of A's write");
+    require(tail == more, "A wrote with a stale layout");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, layouts_kept_until_getattr);
     ATF_ADD_TEST_CASE(tcs, attributes_expire);
     ATF_ADD_TEST_CASE(tcs, names_expire);
     ATF_ADD_TEST_CASE(tcs, zero_timeout_sees_everything_at_once);
