@@ -81,6 +81,20 @@ static size_t pvfs_io_len(struct pvfs_op *op)
 	return ((struct pvfsd_io_req *)pvfs_op_req(op))->length;
 }
 
+/*
+ * A READ into the page cache: readers never see past i_size, so zeros
+ * beyond the end of the file do as well as a short count, and pvfsd need
+ * not ask every data server for the file's size first.
+ */
+static struct pvfs_op *pvfs_page_read_op(struct inode *inode, loff_t pos, size_t len)
+{
+	struct pvfs_op *op = pvfs_io_op(inode, PVFSD_OP_READ, pos, len, true);
+
+	if (!IS_ERR(op))
+		((struct pvfsd_io_req *)pvfs_op_req(op))->common.flags |= PVFSD_REQ_ZERO_FILL;
+	return op;
+}
+
 /* ---- reading into the page cache ---- */
 
 /* Copies @done bytes of @src into @folio and zeroes the rest. */
@@ -104,7 +118,7 @@ static int pvfs_read_folio_sync(struct inode *inode, struct folio *folio)
 	struct pvfs_op *op;
 	ssize_t done;
 
-	op = pvfs_io_op(inode, PVFSD_OP_READ, folio_pos(folio), folio_size(folio), true);
+	op = pvfs_page_read_op(inode, folio_pos(folio), folio_size(folio));
 	if (IS_ERR(op))
 		return PTR_ERR(op);
 	done = pvfs_io_run(op);
@@ -184,8 +198,7 @@ static void pvfs_readahead(struct readahead_control *rac)
 		rd = kmalloc(struct_size(rd, folios, max_folios), GFP_NOFS);
 		if (!rd)
 			return; /* the caller drops the folios left */
-		op = pvfs_io_op(inode, PVFSD_OP_READ, pos, min_t(size_t, left, pvfs_slot_size()),
-				true);
+		op = pvfs_page_read_op(inode, pos, min_t(size_t, left, pvfs_slot_size()));
 		if (IS_ERR(op)) {
 			kfree(rd);
 			return;

@@ -175,6 +175,10 @@ int Handler::attach(const Upcall &up, Downcall &out)
     // The kernel caches attributes by its mount options and checks
     // permissions itself: pvfsd passes requests through.
     o.attr_timeout = std::chrono::milliseconds(0);
+    // Layouts change only while a file is empty, and the kernel's GETATTR
+    // at each open refreshes them: a READ or WRITE need not ask the
+    // metadata server for the file's striping each time.
+    o.layout_timeout = std::chrono::minutes(1);
     o.check_data_access = false;
     o.request_timeout = options_.request_timeout;
     o.loop = loop_;
@@ -417,7 +421,13 @@ Task<int> Handler::dispatch(const Upcall &up, client::Client &c, Downcall &out)
         gossip::debug(gossip::Mask::pvfsd, "{} tag {}: {:#x}, {} bytes at {}", op_name(up.op()),
                       up.tag(), req->handle, req->length, req->offset);
         std::int64_t n = 0;
-        if (up.op() == PVFSD_OP_READ) {
+        if (up.op() == PVFSD_OP_READ && (req->common.flags & PVFSD_REQ_ZERO_FILL) != 0) {
+            // The page cache's read: past the end it wants zeros, not a
+            // short count, so the data servers need not be asked for the
+            // file's size first.
+            const proto::Region region{req->offset, req->length};
+            n = co_await c.co_read_list(req->handle, std::span(&region, 1), mem);
+        } else if (up.op() == PVFSD_OP_READ) {
             n = co_await c.co_read(req->handle, req->offset, mem);
         } else {
             n = co_await c.co_write(req->handle, req->offset, mem);

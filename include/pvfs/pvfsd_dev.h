@@ -115,6 +115,13 @@ enum pvfsd_op {
 
 /* pvfsd_req_common.flags */
 #define PVFSD_REQ_REPLAYED 0x1u /* sent to an earlier daemon, which died */
+/*
+ * READ only: the kernel fills the page cache, which it cuts at its own
+ * i_size; the daemon may answer done == length with zeros past the file's
+ * end instead of finding where the end is.  Without it (O_DIRECT) done
+ * must stop at the end of the file.  A daemon that ignores it is right.
+ */
+#define PVFSD_REQ_ZERO_FILL 0x2u
 
 /* Who asks, and for which mount: first in every upcall body but HELLO. */
 struct pvfsd_req_common {
