@@ -16,6 +16,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <system_error>
 
 namespace bmi {
@@ -152,23 +153,37 @@ constexpr OpId make_id(std::uint32_t generation, std::uint32_t index)
 
 } // namespace
 
-// BMI_SPIN_US overrides the default poll time of test* calls, like
-// set_info(Info::spin_us) (an admin tunes it without rebuilding programs).
-void Core::apply_spin_env()
+namespace {
+
+// A microseconds setting from the environment, at most max; nullopt (and a
+// warning when set but bad) otherwise.
+std::optional<std::chrono::microseconds> env_microseconds(const char *name, std::uint64_t max)
 {
-    const char *env = std::getenv("BMI_SPIN_US"); // NOLINT(concurrency-mt-unsafe): at init
+    const char *env = std::getenv(name); // NOLINT(concurrency-mt-unsafe): at init
     if (env == nullptr || *env == '\0')
-        return;
+        return std::nullopt;
     unsigned long long value = 0;
     const std::string_view text(env);
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc{} || end != text.data() + text.size() || value > Limits::max_spin_us) {
+    if (ec != std::errc{} || end != text.data() + text.size() || value > max) {
         pvfs::gossip::warning(pvfs::gossip::Mask::bmi,
-                              "BMI_SPIN_US='{}' ignored: expected 0..{} microseconds", text,
-                              Limits::max_spin_us);
-        return;
+                              "{}='{}' ignored: expected 0..{} microseconds", name, text, max);
+        return std::nullopt;
     }
-    limits.spin = std::chrono::microseconds(value);
+    return std::chrono::microseconds(value);
+}
+
+} // namespace
+
+// BMI_SPIN_US overrides the default poll time of test* calls, like
+// set_info(Info::spin_us) (an admin tunes it without rebuilding programs);
+// BMI_KERNEL_POLL_US the kernel poll interval of that polling.
+void Core::apply_spin_env()
+{
+    if (const auto spin = env_microseconds("BMI_SPIN_US", Limits::max_spin_us))
+        limits.spin = *spin;
+    if (const auto every = env_microseconds("BMI_KERNEL_POLL_US", Limits::max_kernel_poll_us))
+        limits.kernel_poll_interval = *every;
 }
 
 Core::Core(const Options &options)
@@ -252,7 +267,7 @@ std::uint32_t Core::alloc_op()
     op.remote_cookie = 0;
     op.conn = no_index;
     op.match = op.timeout = op.done = op.peer_ops = Hook{};
-    op.in_timeout_list = op.in_done_list = op.in_peer_list = false;
+    op.in_timeout_list = op.in_done_list = op.in_peer_list = op.counted = false;
     return i;
 }
 
@@ -266,6 +281,10 @@ void Core::release_op(std::uint32_t i)
     if (op.in_done_list) {
         contexts_[op.ctx].done.remove(ops, i);
         op.in_done_list = false;
+    }
+    if (op.counted) {
+        (user_polled(i) ? user_polled_ops_ : kernel_polled_ops_) -= 1;
+        op.counted = false;
     }
     op.state = OpState::free;
     op.id = no_op;
@@ -420,6 +439,8 @@ std::uint32_t Core::start_op(OpKind kind, Addr peer, std::span<const MutableBuff
     op.last_progress = Clock::now();
     timeouts_.push_back(ops, i);
     op.in_timeout_list = true;
+    (user_polled(i) ? user_polled_ops_ : kernel_polled_ops_) += 1;
+    op.counted = true;
     return i;
 }
 
@@ -519,7 +540,7 @@ bool Core::idle_step(WaitWindow &w)
     // without paying for a sleep and a wake-up, which cost more than the
     // message itself on loopback and on fast networks.
     if (Clock::now() < w.spin_until) {
-        progress(0);
+        const bool asked_kernel = progress(0);
         // Between two system calls (the engine's poll, the yield), the
         // methods that can poll in user space look a few more times: a
         // completion there is seen within a fraction of a round.
@@ -533,7 +554,9 @@ bool Core::idle_step(WaitWindow &w)
         // The peer may share this CPU (the scheduler often puts a waker
         // and its wakee together): it must get to run to answer, and
         // polling without yielding would hold the CPU for the whole spin.
-        ::sched_yield();
+        // Only with the kernel round: a yield is a system call too.
+        if (asked_kernel)
+            ::sched_yield();
     } else {
         progress(budget);
     }
@@ -602,7 +625,7 @@ int Core::unwatch_internal(int fd)
 // Only the first method sleeps: the others are polled first and their fds
 // sit in its sleep (watch_internal), so a completion on any of them ends
 // the wait and the next round polls them again.
-void Core::progress(int timeout_ms)
+bool Core::progress(int timeout_ms)
 {
     const std::uint64_t before = events_;
     for (std::size_t m = 1; m < methods_.size(); ++m)
@@ -613,8 +636,24 @@ void Core::progress(int timeout_ms)
         if (!methods_[m]->prepare_sleep() || events_ != before)
             timeout_ms = 0;
     }
-    methods_.front()->progress(timeout_ms);
+    const bool ask_kernel = timeout_ms > 0 || kernel_poll_due();
+    if (ask_kernel) {
+        if (user_polled_ops_ > 0)
+            last_kernel_poll_ = Clock::now();
+        methods_.front()->progress(timeout_ms);
+    }
     expire_idle_ops();
+    return ask_kernel;
+}
+
+// The first method is polled by a system call.  Skipping it is safe only
+// for a while and only when nothing of its own is in flight: what it also
+// watches (new connections, unexpected messages, watched fds, the other
+// methods' event fds) then waits at most kernel_poll_interval.
+bool Core::kernel_poll_due() const
+{
+    return kernel_polled_ops_ > 0 || user_polled_ops_ == 0 ||
+           Clock::now() - last_kernel_poll_ >= limits.kernel_poll_interval;
 }
 
 Memory Core::memalloc(std::size_t size)

@@ -51,6 +51,7 @@ struct Op {
     bool in_timeout_list = false;
     bool in_done_list = false;
     bool in_peer_list = false; // method: linked through peer_ops
+    bool counted = false;      // in Core's user/kernel-polled op counts
 
     // Method-private state.
     std::uint8_t mstate = 0;
@@ -177,6 +178,12 @@ struct Limits {
     static constexpr std::uint64_t max_spin_us = 10000;
     // Waits that end within this are "short": the poll time follows them.
     static constexpr std::chrono::microseconds max_learned_spin{1000};
+    // While only ops of methods that poll in user space (ib) are in
+    // flight, the polling phase asks the kernel (the sleeping engine's
+    // poll, sched_yield) at most once per this: those system calls cost
+    // more than the completions being waited for.  0: every round.
+    std::chrono::microseconds kernel_poll_interval{50};
+    static constexpr std::uint64_t max_kernel_poll_us = 10000;
 };
 
 // The poll time of test* calls, learned from how their waits ended.  A
@@ -298,8 +305,16 @@ private:
     Post posted(std::uint32_t i, bool done);
     void release_op(std::uint32_t i);
     Completion reap(std::uint32_t i);
-    // Runs every method once; sleeps at most timeout_ms.
-    void progress(int timeout_ms);
+    // Runs every method once; sleeps at most timeout_ms.  With a timeout
+    // of 0 the first method (a system call) is skipped unless
+    // kernel_poll_due(); returns whether it ran.
+    bool progress(int timeout_ms);
+    [[nodiscard]] bool kernel_poll_due() const;
+    // The op's method polls in user space: it counts in user_polled_ops_.
+    [[nodiscard]] bool user_polled(std::uint32_t i) const
+    {
+        return addrs_[ops[i].peer - 1].method != methods_.front().get();
+    }
     void expire_idle_ops();
     void apply_spin_env();
     [[nodiscard]] Method &method_of(std::uint32_t i) { return *addrs_[ops[i].peer - 1].method; }
@@ -329,6 +344,12 @@ private:
     // Ops finished and unexpected messages delivered so far: tells
     // progress() whether a method's poll produced something for test*.
     std::uint64_t events_ = 0;
+    // Ops started and not yet released, by whether their method polls in
+    // user space (every method but the first), and when the first method
+    // was last polled: see Limits::kernel_poll_interval.
+    std::uint32_t user_polled_ops_ = 0;
+    std::uint32_t kernel_polled_ops_ = 0;
+    Clock::time_point last_kernel_poll_{};
 };
 
 } // namespace bmi
