@@ -132,7 +132,7 @@ private:
     static bmi::Options options(const std::string &engine, bool server)
     {
         bmi::Options o;
-        o.tcp_engine = engine;
+        o.tcp_engine = engine == "auto" ? "" : engine;
         if (server) {
             o.role = bmi::Role::server;
             o.listen = {g_listen};
@@ -599,10 +599,12 @@ int run_main(int argc, char **argv)
 {
     bench::options o;
     parent_side ps;
-    ps.engine = "epoll";
+    // auto: what programs using BMI get by default (BMI_TCP_ENGINE, else
+    // io_uring where the kernel allows it); bench-net names one.
+    ps.engine = "auto";
     const auto add_options = [&ps](CLI::App &app) {
-        app.add_option("--engine", ps.engine, "BMI TCP progress engine")
-            ->check(CLI::IsMember({"epoll", "uring"}));
+        app.add_option("--engine", ps.engine, "BMI TCP progress engine (auto: BMI's default)")
+            ->check(CLI::IsMember({"epoll", "uring", "auto"}));
         app.add_option("--listen", g_listen,
                        "the parent's listen URL (tcp://127.0.0.1:0; an explicit port forks "
                        "the peers before the server opens, as ib:// needs)");

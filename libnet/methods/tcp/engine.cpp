@@ -82,6 +82,7 @@ public:
         // Kernels before 5.19 refuse the flags; then without them.
         int rc = ::io_uring_queue_init(256, &ring_,
                                        IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
+        taskrun_flag_ = rc == 0;
         if (rc == -EINVAL)
             rc = ::io_uring_queue_init(256, &ring_, 0);
         if (rc < 0)
@@ -130,11 +131,15 @@ public:
         // One system call submits the batched poll changes and waits.
         if (timeout_ms > 0)
             ::io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
-        else
+        else if (!taskrun_flag_ || ::io_uring_sq_ready(&ring_) > 0)
             // Enters the kernel even with nothing to submit: poll
             // completions are posted by task work that runs only then, so
             // a polling caller would otherwise not see them.
             ::io_uring_submit_and_get_events(&ring_);
+        // else: the kernel flags pending task work in the SQ ring
+        // (IORING_SQ_TASKRUN) and io_uring_peek_cqe enters it only then,
+        // so a look with nothing to submit and nothing pending is no
+        // system call.
         std::size_t n = 0;
         rearm_.clear();
         while (n < out.size() && ::io_uring_peek_cqe(&ring_, &cqe) == 0) {
@@ -190,6 +195,7 @@ private:
     }
 
     io_uring ring_{};
+    bool taskrun_flag_ = false; // IORING_SETUP_TASKRUN_FLAG accepted
     std::unordered_map<std::uint64_t, Watch> watched_;
     std::vector<std::pair<int, std::uint64_t>> rearm_; // reused by wait
 };
