@@ -207,9 +207,14 @@ int run(const Settings &s)
             }
         }
     };
+    // Each is read only after the loop saw it readable (both at start):
+    // a read that fails with EAGAIN is a system call per request wasted.
+    bool signal_ready = true;
+    bool device_ready = true;
+    std::vector<int> ready;
     for (;;) {
         signalfd_siginfo si{};
-        if (::read(sig.get(), &si, sizeof(si)) > 0) {
+        if (signal_ready && ::read(sig.get(), &si, sizeof(si)) > 0) {
             const bool stopping = si.ssi_signo != SIGUSR1;
             gossip::info(gossip::Mask::pvfsd,
                          "{}{} ops in flight (at most {} at once), {} cancelled, {} mounts{}",
@@ -220,11 +225,17 @@ int run(const Settings &s)
             if (stopping)
                 return 0;
         }
-        for (;;) {
+        signal_ready = false;
+        // The loop's watch may report only a new wake-up: read to EAGAIN.
+        while (device_ready) {
             const ssize_t n = ::read(dev.get(), buf.data(), buf.size());
             if (n < 0) {
-                if (errno == EAGAIN || errno == EINTR)
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN) {
+                    device_ready = false;
                     break;
+                }
                 gossip::error(gossip::Mask::dev, "read {}: {}", s.device, strerrordesc_np(errno));
                 return 1;
             }
@@ -242,6 +253,12 @@ int run(const Settings &s)
         answer();
         loop->poll(1000);
         answer();
+        ready.clear();
+        loop->take_ready_fds(ready);
+        for (const int fd : ready) {
+            signal_ready = signal_ready || fd == sig.get();
+            device_ready = device_ready || fd == dev.get();
+        }
     }
 }
 

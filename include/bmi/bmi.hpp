@@ -297,6 +297,12 @@ public:
     // Stops watching fd; -ENOENT if it was not watched.  Call it before
     // closing fd.
     int unwatch_fd(int fd);
+    // Appends to `out` the watched fds that test* found readable since the
+    // last call, each once, so that a caller with several need read only
+    // those (reads that would fail with EAGAIN cost a system call each).
+    // An fd named here was readable when seen; it is named again only
+    // after it is seen readable again (see watch_fd on draining it).
+    void take_ready_fds(std::vector<int> &out);
 
     int set_info(Info key, std::uint64_t value);
     [[nodiscard]] std::uint64_t get_info(Info key) const;

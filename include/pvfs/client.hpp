@@ -59,9 +59,13 @@ public:
     // requests ended -- those tasks run inside poll().
     void poll(int max_idle_ms);
     // Makes poll() return when fd is readable (pvfsd: the device).  The
-    // caller reads fd.  0 or a negative errno (see bmi::Bmi::watch_fd).
+    // caller reads fd until EAGAIN.  0 or a negative errno (see
+    // bmi::Bmi::watch_fd).
     int watch_fd(int fd);
     int unwatch_fd(int fd);
+    // Appends the watched fds that poll() found readable since the last
+    // call, each once: the caller need not try the others.
+    void take_ready_fds(std::vector<int> &out);
 
     // Who the operations started from now on are from, and the id that
     // cancel() stops them by (0: not cancellable).  An operation keeps

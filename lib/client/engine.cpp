@@ -114,6 +114,11 @@ int Loop::unwatch_fd(int fd)
     return impl_->bmi->unwatch_fd(fd);
 }
 
+void Loop::take_ready_fds(std::vector<int> &out)
+{
+    impl_->bmi->take_ready_fds(out);
+}
+
 void Loop::set_context(const Credentials &cred, std::uint64_t cancel_id)
 {
     impl_->current = detail::Context{cred, cancel_id};

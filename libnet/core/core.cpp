@@ -609,7 +609,23 @@ int Core::watch_fd(int fd)
 
 int Core::unwatch_fd(int fd)
 {
-    return methods_.front()->unwatch_external(fd);
+    const int rc = methods_.front()->unwatch_external(fd);
+    if (rc == 0)
+        std::erase(ready_fds_, fd);
+    return rc;
+}
+
+void Core::external_readable(int fd)
+{
+    external_ready = true;
+    if (std::find(ready_fds_.begin(), ready_fds_.end(), fd) == ready_fds_.end())
+        ready_fds_.push_back(fd);
+}
+
+void Core::take_ready_fds(std::vector<int> &out)
+{
+    out.insert(out.end(), ready_fds_.begin(), ready_fds_.end());
+    ready_fds_.clear();
 }
 
 int Core::watch_internal(int fd)
@@ -1075,6 +1091,11 @@ int Bmi::watch_fd(int fd)
 int Bmi::unwatch_fd(int fd)
 {
     return core_->unwatch_fd(fd);
+}
+
+void Bmi::take_ready_fds(std::vector<int> &out)
+{
+    core_->take_ready_fds(out);
 }
 
 int Bmi::set_info(Info key, std::uint64_t value)

@@ -142,7 +142,7 @@ public:
     // that waits on a live peer is waiting, not stuck.
     virtual Clock::time_point peer_alive(std::uint32_t op_index) = 0;
     // Watches a caller's fd in the method's sleep (Bmi::watch_fd); when it
-    // is readable the method sets Core::external_ready.
+    // is readable the method calls Core::external_readable(fd).
     virtual int watch_external(int fd) = 0;
     virtual int unwatch_external(int fd) = 0;
     // Another method's fd (its event channels): when it is readable the
@@ -236,8 +236,11 @@ public:
     std::vector<Op> ops;
     Limits limits;
     PollLearner poll_learner;
-    // Set by a method when a watched fd is readable; test* return then.
+    // Set when a watched fd is readable; test* return then.
     bool external_ready = false;
+    // A method found watched fd readable: test* return, and
+    // Bmi::take_ready_fds names it.
+    void external_readable(int fd);
     // Set by the first method when another method's fd (watch_internal)
     // was readable: that method then drains its fds; until then it only
     // polls what needs no system call.
@@ -285,6 +288,7 @@ public:
     [[nodiscard]] Registration register_memory(void *data, std::size_t size);
     int watch_fd(int fd);
     int unwatch_fd(int fd);
+    void take_ready_fds(std::vector<int> &out);
     int set_info(Info key, std::uint64_t value);
     [[nodiscard]] std::uint64_t get_info(Info key) const;
 
@@ -334,6 +338,7 @@ private:
     void waited_for_work(const WaitWindow &w);
 
     std::vector<std::unique_ptr<Method>> methods_;
+    std::vector<int> ready_fds_;   // watched fds found readable, not yet taken
     std::vector<AddrEntry> addrs_; // Addr n is addrs_[n - 1]
     std::unordered_map<std::string, Addr> addr_by_url_;
     std::vector<std::uint32_t> free_ops_;

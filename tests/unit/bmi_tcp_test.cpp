@@ -844,12 +844,41 @@ BMI_TEST_ALL(watch_fd)
     ATF_REQUIRE(took >= 50ms);
     ATF_REQUIRE(took < 5s);
 
+    // The caller learns which watched fd woke it, once.
+    std::vector<int> ready;
+    b.take_ready_fds(ready);
+    ATF_REQUIRE(ready == std::vector<int>{efd});
+    ready.clear();
+    b.take_ready_fds(ready);
+    ATF_REQUIRE(ready.empty());
+
     std::uint64_t value = 0;
     ATF_REQUIRE_EQ(::read(efd, &value, sizeof value), static_cast<ssize_t>(sizeof value));
     start = std::chrono::steady_clock::now();
     ATF_REQUIRE_EQ(b.testcontext(ctx, out, 300), 0U);
     took = std::chrono::steady_clock::now() - start;
     ATF_REQUIRE(took >= 250ms);
+    b.take_ready_fds(ready);
+    ATF_REQUIRE(ready.empty());
+
+    // Of two watched fds, only the one made readable is named.
+    const int other = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ATF_REQUIRE(other >= 0);
+    ATF_REQUIRE_EQ(b.watch_fd(other), 0);
+    const std::uint64_t one = 1;
+    ATF_REQUIRE_EQ(::write(other, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+    start = std::chrono::steady_clock::now();
+    ATF_REQUIRE_EQ(b.testcontext(ctx, out, 10000), 0U);
+    ATF_REQUIRE(std::chrono::steady_clock::now() - start < 5s);
+    b.take_ready_fds(ready);
+    ATF_REQUIRE(ready == std::vector<int>{other});
+    // Unwatched, a readable fd is forgotten.
+    ATF_REQUIRE_EQ(b.testcontext(ctx, out, 0), 0U);
+    ATF_REQUIRE_EQ(b.unwatch_fd(other), 0);
+    ready.clear();
+    b.take_ready_fds(ready);
+    ATF_REQUIRE(ready.empty());
+    ::close(other);
 
     ATF_REQUIRE_EQ(b.unwatch_fd(efd), 0);
     ATF_REQUIRE_EQ(b.unwatch_fd(efd), -ENOENT);

@@ -1597,7 +1597,7 @@ void TcpMethod::progress(int timeout_ms)
             continue;
         }
         if ((key & external_bit) != 0) {
-            core_.external_ready = true;
+            core_.external_readable(static_cast<int>(key & 0xffffffffU));
             continue;
         }
         if ((key & internal_bit) != 0) {
