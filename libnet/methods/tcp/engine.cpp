@@ -153,7 +153,7 @@ public:
             if (it == watched_.end())
                 continue; // removed meanwhile
             if (res >= 0)
-                out[n++] = ReadyEvent{key, static_cast<std::uint32_t>(res)};
+                n = add_event(out, n, key, static_cast<std::uint32_t>(res));
             // A multishot poll that ended (error, overflow, or replaced by
             // modify) is armed again if the fd is still watched.
             if (!more && res != -ECANCELED)
@@ -170,6 +170,25 @@ public:
     [[nodiscard]] bool level_triggered() const override { return false; }
 
 private:
+    // A multishot poll posts a completion per wake-up, and a socket is
+    // woken more than once per message (a reply: twice, nearly always),
+    // so a key can come twice in one harvest.  Every completion harvested
+    // here was posted before the caller reads anything, so one event per
+    // key (the union of the masks) sees all of it; the second would cost a
+    // read that finds nothing.
+    static std::size_t add_event(std::span<ReadyEvent> out, std::size_t n, std::uint64_t key,
+                                 std::uint32_t events)
+    {
+        for (std::size_t i = 0; i < n; ++i) {
+            if (out[i].key == key) {
+                out[i].events |= events;
+                return n;
+            }
+        }
+        out[n] = ReadyEvent{key, events};
+        return n + 1;
+    }
+
     struct Watch {
         int fd = -1;
         std::uint32_t events = 0;
