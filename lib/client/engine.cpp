@@ -205,8 +205,11 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
     }
     attach_data(r, to);
     proto::encode(r.req, *r.key, r.out);
-    r.in.resize(response_capacity(r.req.body));
-    track(r, bmi->post_recv(to, r.in.data(), r.in.size(), r.tag, nullptr, ctx), true);
+    if (const std::size_t want = response_capacity(r.req.body); r.in_capacity < want) {
+        r.in = std::make_unique_for_overwrite<std::byte[]>(want); // NOLINT(*-avoid-c-arrays)
+        r.in_capacity = want;
+    }
+    track(r, bmi->post_recv(to, r.in.get(), r.in_capacity, r.tag, nullptr, ctx), true);
     if (r.error != 0)
         return;
     track(r, bmi->post_sendunexpected(to, r.out.data(), r.out.size(), r.tag, nullptr, ctx), false);
@@ -290,7 +293,7 @@ void Loop::Impl::cancel_ops(const Rpc &r) const
 void Loop::Impl::decode(Rpc &r)
 {
     const proto::DecodeResult d =
-        proto::decode(std::span(r.in.data(), r.response_size), *r.key, r.resp);
+        proto::decode(std::span(r.in.get(), r.response_size), *r.key, r.resp);
     if (!d) {
         gossip::warning(Mask::client, "bad response from {}: {}", *r.url, d.message());
         r.error = -EPROTO;
