@@ -88,7 +88,8 @@ Msg make(std::uint16_t op, std::uint64_t tag, std::int32_t status, const Body &b
     h.status = status;
     std::memcpy(m.bytes.data(), &h, sizeof(h));
     std::memcpy(m.bytes.data() + sizeof(h), &body, sizeof(Body));
-    std::memcpy(m.bytes.data() + sizeof(h) + sizeof(Body), tail.data(), tail.size());
+    if (!tail.empty()) // an empty span's data() may be null, which memcpy must not get
+        std::memcpy(m.bytes.data() + sizeof(h) + sizeof(Body), tail.data(), tail.size());
     return m;
 }
 
