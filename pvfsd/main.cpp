@@ -214,7 +214,9 @@ int run(const Settings &s)
     std::vector<int> ready;
     for (;;) {
         signalfd_siginfo si{};
-        if (signal_ready && ::read(sig.get(), &si, sizeof(si)) > 0) {
+        // Like the device, to EAGAIN: a second queued signal brings no new
+        // wake-up of its own.
+        while (signal_ready && ::read(sig.get(), &si, sizeof(si)) > 0) {
             const bool stopping = si.ssi_signo != SIGUSR1;
             gossip::info(gossip::Mask::pvfsd,
                          "{}{} ops in flight (at most {} at once), {} cancelled, {} mounts{}",
