@@ -4,10 +4,9 @@
 #include "handler.hpp"
 #include "upcall.hpp"
 
+#include <pvfs/cli.hpp>
 #include <pvfs/gossip.hpp>
 #include <pvfs/unique_fd.hpp>
-
-#include <CLI/CLI.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -296,24 +295,26 @@ namespace {
 int run_main(int argc, char **argv)
 {
     Settings s;
-    CLI::App app{"pvfsd: the pvfs client daemon; answers pvfs.ko's requests through /dev/pvfsd "
-                 "with the servers of each mounted file system"};
-    app.add_flag("-f,--foreground", s.foreground, "stay in the foreground (logs to stderr)");
-    app.add_option("--device", s.device, "the channel device")->capture_default_str();
-    app.add_option("--key-file", s.key_file,
-                   "cluster key (default: $PVFS_KEY_FILE, else /etc/pvfs/pvfs.key)");
-    app.add_option("--log", s.log_file,
-                   "log to this file (default: stderr in the foreground, "
-                   "else syslog)");
-    app.add_option("--debug", s.debug, "debug masks, e.g. pvfsd,dev,client (default: $PVFS_DEBUG)");
-    app.add_option("--pid-file", s.pid_file, "write the daemon's pid here");
-    app.add_option("--slot-size", s.slot_size, "bytes per data slot, a power of two")
-        ->capture_default_str()
-        ->check(CLI::Range(64U << 10U, 16U << 20U));
-    app.add_option("--slots", s.slots, "data slots shared with the kernel")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 1024));
-    CLI11_PARSE(app, argc, argv);
+    pvfs::cli::Parser app{
+        "pvfsd: the pvfs client daemon; answers pvfs.ko's requests through /dev/pvfsd "
+        "with the servers of each mounted file system"};
+    app.flag("-f,--foreground", s.foreground, "stay in the foreground (logs to stderr)");
+    app.option("--device", s.device, "the channel device").show_default();
+    app.option("--key-file", s.key_file,
+               "cluster key (default: $PVFS_KEY_FILE, else /etc/pvfs/pvfs.key)");
+    app.option("--log", s.log_file,
+               "log to this file (default: stderr in the foreground, "
+               "else syslog)");
+    app.option("--debug", s.debug, "debug masks, e.g. pvfsd,dev,client (default: $PVFS_DEBUG)");
+    app.option("--pid-file", s.pid_file, "write the daemon's pid here");
+    app.option("--slot-size", s.slot_size, "bytes per data slot, a power of two")
+        .show_default()
+        .range(64U << 10U, 16U << 20U);
+    app.option("--slots", s.slots, "data slots shared with the kernel")
+        .show_default()
+        .range(1, 1024);
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
     if ((s.slot_size & (s.slot_size - 1)) != 0) {
         std::fprintf(stderr, "pvfsd: --slot-size %u is no power of two\n", s.slot_size);
         return 2;

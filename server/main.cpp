@@ -14,9 +14,9 @@
 #include <filesystem>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "pvfs/cli.hpp"
 #include "pvfs/gossip.hpp"
 #include "pvfs/unique_fd.hpp"
 #include "server.hpp"
@@ -53,8 +53,9 @@ bool write_pid_file(const std::string &path, std::string &error)
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-server: a metadata and/or data server of a pvfs cluster (roles from the "
-                 "cluster config)"};
+    pvfs::cli::Parser app{
+        "pvfs-server: a metadata and/or data server of a pvfs cluster (roles from the "
+        "cluster config)"};
     pvfs::server::ServerOptions options;
     std::string log_file;
     std::string debug;
@@ -62,14 +63,14 @@ static int run(int argc, char **argv)
     const char *env_config = std::getenv("PVFS_CONFIG"); // NOLINT(concurrency-mt-unsafe)
     if (env_config != nullptr)
         options.config_path = env_config;
-    app.add_option("-c,--config", options.config_path, "cluster config (default: $PVFS_CONFIG)");
-    app.add_option("-n,--name", options.name,
-                   "which server of the config this is (needed when it lists several)");
-    app.add_option("--log", log_file, "log to this file instead of stderr");
-    app.add_option("--debug", debug,
-                   "debug masks, e.g. server,storage or all (default: $PVFS_DEBUG)");
-    app.add_option("--pid-file", pid_file, "write the process id here once listening");
-    CLI11_PARSE(app, argc, argv);
+    app.option("-c,--config", options.config_path, "cluster config (default: $PVFS_CONFIG)");
+    app.option("-n,--name", options.name,
+               "which server of the config this is (needed when it lists several)");
+    app.option("--log", log_file, "log to this file instead of stderr");
+    app.option("--debug", debug, "debug masks, e.g. server,storage or all (default: $PVFS_DEBUG)");
+    app.option("--pid-file", pid_file, "write the process id here once listening");
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     if (options.config_path.empty()) {
         std::fputs("pvfs-server: no config: give -c CONFIG or set PVFS_CONFIG\n", stderr);

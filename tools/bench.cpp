@@ -274,9 +274,9 @@ template <typename Fn> bool in_child(Setup &out, const Fn &fn)
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-bench: C clients write, then read back and check, contiguous regions of "
-                 "one shared file striped over S data servers; aggregate MB/s per phase "
-                 "(--local FILE: the same through POSIX calls on a local file or a mount)"};
+    cli::Parser app{"pvfs-bench: C clients write, then read back and check, contiguous regions of "
+                    "one shared file striped over S data servers; aggregate MB/s per phase "
+                    "(--local FILE: the same through POSIX calls on a local file or a mount)"};
     Plan plan;
     unsigned clients = 1;
     std::string region_text = "64MiB";
@@ -288,24 +288,24 @@ static int run(int argc, char **argv)
     bool keep = false;
     bool drop = false;
     tools::add_target_options(app, plan.target);
-    app.add_option("-C,--clients", clients, "client processes (default 1)")
-        ->check(CLI::Range(1U, 256U));
-    app.add_option("-R,--region", region_text, "bytes per client (default 64MiB)");
-    app.add_option("-b,--block", block_text, "bytes per read or write call (default 16MiB)");
-    app.add_option("-n,--stripe-count", stripe_count, "data servers (default: the config's)");
-    app.add_option("-S,--stripe-size", stripe_text, "stripe size (default: the config's)");
-    app.add_option("-f,--file", path, "the shared file (default /pvfs-bench.dat; replaced)");
-    app.add_option("--local", plan.local,
-                   "a local file (replaced) instead of pvfs: pwrite/pread/fsync, e.g. on a "
-                   "kernel mount or tmpfs");
-    app.add_option("--random-reads", plan.random_reads,
-                   "the read phase: this many one-block reads at random block-aligned offsets "
-                   "of each client's region (default: read the region in order)");
-    app.add_flag("--drop-caches", drop,
-                 "empty the page cache (/proc/sys/vm/drop_caches, root) before the read phase");
-    app.add_flag("--json", json, "print the result as JSON");
-    app.add_flag("--keep", keep, "keep the file afterwards");
-    CLI11_PARSE(app, argc, argv);
+    app.option("-C,--clients", clients, "client processes (default 1)").range(1U, 256U);
+    app.option("-R,--region", region_text, "bytes per client (default 64MiB)");
+    app.option("-b,--block", block_text, "bytes per read or write call (default 16MiB)");
+    app.option("-n,--stripe-count", stripe_count, "data servers (default: the config's)");
+    app.option("-S,--stripe-size", stripe_text, "stripe size (default: the config's)");
+    app.option("-f,--file", path, "the shared file (default /pvfs-bench.dat; replaced)");
+    app.option("--local", plan.local,
+               "a local file (replaced) instead of pvfs: pwrite/pread/fsync, e.g. on a "
+               "kernel mount or tmpfs");
+    app.option("--random-reads", plan.random_reads,
+               "the read phase: this many one-block reads at random block-aligned offsets "
+               "of each client's region (default: read the region in order)");
+    app.flag("--drop-caches", drop,
+             "empty the page cache (/proc/sys/vm/drop_caches, root) before the read phase");
+    app.flag("--json", json, "print the result as JSON");
+    app.flag("--keep", keep, "keep the file afterwards");
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const config::Quantity region = config::parse_size(region_text);
     const config::Quantity block = config::parse_size(block_text);
@@ -472,26 +472,26 @@ static int run(int argc, char **argv)
         return e == 1 ? std::string("data read back differs") : client::error_text(e);
     };
     if (json) {
-        nlohmann::json out{{"clients", clients},
-                           {"target", pvfs_target ? "pvfs" : "local"},
-                           {"block", plan.block},
-                           {"bytes", bytes[0]}};
+        cli::Json out = cli::Json::object({{"clients", clients},
+                                           {"target", pvfs_target ? "pvfs" : "local"},
+                                           {"block", plan.block},
+                                           {"bytes", bytes[0]}});
         if (pvfs_target) {
-            out["stripe_count"] = layout.stripe_count;
-            out["stripe_size"] = layout.stripe_size;
+            out.set("stripe_count", layout.stripe_count);
+            out.set("stripe_size", layout.stripe_size);
         }
         for (std::size_t ph = 0; ph < 2; ++ph) {
             const Phase &p = phases.at(ph);
-            nlohmann::json j{{"seconds", p.seconds},
-                             {"mb_per_s", p.mb_per_s},
-                             {"ops", ops.at(ph)},
-                             {"ops_per_s", p.ops_per_s},
-                             {"bytes", bytes.at(ph)}};
+            cli::Json j = cli::Json::object({{"seconds", p.seconds},
+                                             {"mb_per_s", p.mb_per_s},
+                                             {"ops", ops.at(ph)},
+                                             {"ops_per_s", p.ops_per_s},
+                                             {"bytes", bytes.at(ph)}});
             if (ph == 1)
-                j["pattern"] = plan.random_reads != 0 ? "random" : "sequential";
+                j.set("pattern", plan.random_reads != 0 ? "random" : "sequential");
             if (p.error != 0)
-                j["error"] = error_of(p.error);
-            out[ph == 0 ? "write" : "read"] = j;
+                j.set("error", error_of(p.error));
+            out.set(ph == 0 ? "write" : "read", j);
         }
         std::cout << out.dump(2) << "\n";
     } else {

@@ -14,16 +14,16 @@
 
 namespace pvfs::tools {
 
-void add_target_options(CLI::App &app, Target &t)
+void add_target_options(cli::Parser &args, Target &t)
 {
     const char *env = std::getenv("PVFS_CONFIG"); // NOLINT(concurrency-mt-unsafe)
     if (env != nullptr)
         t.target = env;
-    app.add_option("-c,--config", t.target,
-                   "the file system: a cluster config file or tcp://host:port/fsname "
-                   "(default: $PVFS_CONFIG)");
-    app.add_option("--key", t.key_file,
-                   "the cluster key file (default: the config's, or $PVFS_KEY_FILE)");
+    args.option("-c,--config", t.target,
+                "the file system: a cluster config file or tcp://host:port/fsname "
+                "(default: $PVFS_CONFIG)");
+    args.option("--key", t.key_file,
+                "the cluster key file (default: the config's, or $PVFS_KEY_FILE)");
 }
 
 std::unique_ptr<client::Client> connect_or_exit(std::string_view prog, const Target &t)
@@ -166,29 +166,38 @@ std::string time_string(const Timespec &t)
     return fmt::format("{}.{:09}", std::string_view(buf.data(), n), t.nsec);
 }
 
-nlohmann::json layout_json(const Layout &l)
+cli::Json layout_json(const Layout &l)
 {
-    return {{"stripe_size", l.stripe_size},
-            {"stripe_count", l.stripe_count},
-            {"first_server", l.first_server}};
+    return cli::Json::object({{"stripe_size", l.stripe_size},
+                              {"stripe_count", l.stripe_count},
+                              {"first_server", l.first_server}});
 }
 
-nlohmann::json attr_json(const Attr &a)
+namespace {
+
+cli::Json time_json(const Timespec &t)
 {
-    nlohmann::json j{{"handle", fmt::format("{:016x}", a.handle)},
-                     {"type", type_name(a.type)},
-                     {"mode", fmt::format("{:04o}", a.mode)},
-                     {"uid", a.uid},
-                     {"gid", a.gid},
-                     {"nlink", a.nlink},
-                     {"size", a.size},
-                     {"atime", {{"sec", a.atime.sec}, {"nsec", a.atime.nsec}}},
-                     {"mtime", {{"sec", a.mtime.sec}, {"nsec", a.mtime.nsec}}},
-                     {"ctime", {{"sec", a.ctime.sec}, {"nsec", a.ctime.nsec}}}};
+    return cli::Json::object({{"sec", t.sec}, {"nsec", t.nsec}});
+}
+
+} // namespace
+
+cli::Json attr_json(const Attr &a)
+{
+    cli::Json j = cli::Json::object({{"handle", fmt::format("{:016x}", a.handle)},
+                                     {"type", type_name(a.type)},
+                                     {"mode", fmt::format("{:04o}", a.mode)},
+                                     {"uid", a.uid},
+                                     {"gid", a.gid},
+                                     {"nlink", a.nlink},
+                                     {"size", a.size},
+                                     {"atime", time_json(a.atime)},
+                                     {"mtime", time_json(a.mtime)},
+                                     {"ctime", time_json(a.ctime)}});
     if (a.type == ObjectType::regular || a.type == ObjectType::directory)
-        j["layout"] = layout_json(a.layout);
+        j.set("layout", layout_json(a.layout));
     if (a.type == ObjectType::char_device || a.type == ObjectType::block_device)
-        j["rdev"] = a.rdev;
+        j.set("rdev", a.rdev);
     return j;
 }
 

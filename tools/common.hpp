@@ -11,23 +11,21 @@
 #include <string>
 #include <string_view>
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
+#include "pvfs/cli.hpp"
 #include "pvfs/client.hpp"
 #include "pvfs/types.hpp"
 
 namespace pvfs::tools {
 
 inline constexpr int exit_failure = 1;
-inline constexpr int exit_usage = 2;
+inline constexpr int exit_usage = cli::exit_usage;
 
 // Adds -c/--config (a config file or tcp://host:port/fs) and --key.
 struct Target {
     std::string target;
     std::string key_file;
 };
-void add_target_options(CLI::App &app, Target &t);
+void add_target_options(cli::Parser &args, Target &t);
 
 // Runs a tool's body; an exception (out of memory, a bug) ends it with a
 // message and status 1 instead of std::terminate.
@@ -64,8 +62,8 @@ int resolve_parent(client::Client &c, std::string_view path, Attr &parent, std::
 // "1.5 MiB"
 [[nodiscard]] std::string human_bytes(std::uint64_t bytes);
 [[nodiscard]] std::string time_string(const Timespec &t);
-[[nodiscard]] nlohmann::json attr_json(const Attr &a);
-[[nodiscard]] nlohmann::json layout_json(const Layout &l);
+[[nodiscard]] cli::Json attr_json(const Attr &a);
+[[nodiscard]] cli::Json layout_json(const Layout &l);
 
 // Whole transfers over a pipe between a benchmark's parent and its client
 // processes (EINTR retried): false on error or end of file.

@@ -239,7 +239,7 @@ struct Copy {
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-cp: copy a file to, from or within pvfs (pvfs paths as pvfs:/path)"};
+    cli::Parser app{"pvfs-cp: copy a file to, from or within pvfs (pvfs paths as pvfs:/path)"};
     tools::Target target;
     bool timing = false;
     bool quiet = false;
@@ -247,12 +247,13 @@ static int run(int argc, char **argv)
     std::string src_arg;
     std::string dst_arg;
     tools::add_target_options(app, target);
-    app.add_flag("-t,--timing", timing, "print the time taken and the rate");
-    app.add_flag("-q,--quiet", quiet, "no progress bar");
-    app.add_option("-b,--buffer", buffer_text, "bytes moved per step (default 16MiB)");
-    app.add_option("source", src_arg, "file to copy (local path or pvfs:/path)")->required();
-    app.add_option("destination", dst_arg, "where to (local path or pvfs:/path)")->required();
-    CLI11_PARSE(app, argc, argv);
+    app.flag("-t,--timing", timing, "print the time taken and the rate");
+    app.flag("-q,--quiet", quiet, "no progress bar");
+    app.option("-b,--buffer", buffer_text, "bytes moved per step (default 16MiB)");
+    app.option("source", src_arg, "file to copy (local path or pvfs:/path)").required();
+    app.option("destination", dst_arg, "where to (local path or pvfs:/path)").required();
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const config::Quantity buf_q = config::parse_size(buffer_text);
     if (!buf_q.ok() || buf_q.value == 0 || buf_q.value > (std::uint64_t{1} << 30U)) {

@@ -9,14 +9,15 @@ using namespace pvfs;
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-df: show free space on each server of a pvfs file system"};
+    cli::Parser app{"pvfs-df: show free space on each server of a pvfs file system"};
     tools::Target target;
     bool json = false;
     bool human = false;
     tools::add_target_options(app, target);
-    app.add_flag("--json", json, "print as JSON (bytes)");
-    app.add_flag("-H,--human", human, "sizes in KiB, MiB, GiB...");
-    CLI11_PARSE(app, argc, argv);
+    app.flag("--json", json, "print as JSON (bytes)");
+    app.flag("-H,--human", human, "sizes in KiB, MiB, GiB...");
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const auto client = tools::connect_or_exit("pvfs-df", target);
     const std::vector<client::ServerStatus> all = client->status_all();
@@ -25,7 +26,7 @@ static int run(int argc, char **argv)
     std::uint64_t total = 0;
     std::uint64_t avail = 0;
     std::uint64_t used = 0;
-    nlohmann::json out = nlohmann::json::array();
+    cli::Json out = cli::Json::array();
     if (!json)
         fmt::print("{:<16} {:<14} {:>16} {:>16} {:>16} {:>5}\n", "server", "roles", "size", "used",
                    "available", "use%");
@@ -33,7 +34,8 @@ static int run(int argc, char **argv)
         if (s.error != 0) {
             status = tools::exit_failure;
             if (json)
-                out.push_back({{"name", s.name}, {"error", client::error_text(s.error)}});
+                out.push(
+                    cli::Json::object({{"name", s.name}, {"error", client::error_text(s.error)}}));
             else
                 fmt::print("{:<16} FAILED: {}\n", s.name, client::error_text(s.error));
             continue;
@@ -52,23 +54,23 @@ static int run(int argc, char **argv)
                 ? 0U
                 : static_cast<unsigned>((u * 100 + s.total_bytes - 1) / s.total_bytes);
         if (json) {
-            out.push_back({{"name", s.name},
-                           {"roles", roles},
-                           {"total_bytes", s.total_bytes},
-                           {"used_bytes", u},
-                           {"available_bytes", s.avail_bytes},
-                           {"total_objects", s.total_objects},
-                           {"free_objects", s.free_objects}});
+            out.push(cli::Json::object({{"name", s.name},
+                                        {"roles", roles},
+                                        {"total_bytes", s.total_bytes},
+                                        {"used_bytes", u},
+                                        {"available_bytes", s.avail_bytes},
+                                        {"total_objects", s.total_objects},
+                                        {"free_objects", s.free_objects}}));
         } else {
             fmt::print("{:<16} {:<14} {:>16} {:>16} {:>16} {:>4}%\n", s.name, roles,
                        size(s.total_bytes), size(u), size(s.avail_bytes), pct);
         }
     }
     if (json)
-        std::cout << nlohmann::json{{"servers", out},
-                                    {"data_total_bytes", total},
-                                    {"data_used_bytes", used},
-                                    {"data_available_bytes", avail}}
+        std::cout << cli::Json::object({{"servers", out},
+                                        {"data_total_bytes", total},
+                                        {"data_used_bytes", used},
+                                        {"data_available_bytes", avail}})
                          .dump(2)
                   << "\n";
     else

@@ -107,15 +107,16 @@ void walk(client::Client &c, Handle dir, const std::string &path, Findings &f, b
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-fsck: find (and with --repair remove) data objects without a file and "
-                 "directory entries without an object, and metadata objects no entry reaches"};
+    cli::Parser app{"pvfs-fsck: find (and with --repair remove) data objects without a file and "
+                    "directory entries without an object, and metadata objects no entry reaches"};
     tools::Target target;
     bool repair = false;
     bool json = false;
     tools::add_target_options(app, target);
-    app.add_flag("--repair", repair, "remove what is found");
-    app.add_flag("--json", json, "print the findings as JSON");
-    CLI11_PARSE(app, argc, argv);
+    app.flag("--repair", repair, "remove what is found");
+    app.flag("--json", json, "print the findings as JSON");
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const auto c = tools::connect_or_exit("pvfs-fsck", target);
     const config::Cluster &cluster = c->cluster();
@@ -209,34 +210,34 @@ static int run(int argc, char **argv)
     const bool problems =
         !f.orphan_objects.empty() || !f.dangling_entries.empty() || !f.orphan_metadata.empty();
     if (json) {
-        nlohmann::json orphans = nlohmann::json::array();
+        cli::Json orphans = cli::Json::array();
         for (const OrphanObject &o : f.orphan_objects)
-            orphans.push_back({{"server", o.server},
-                               {"handle", fmt::format("{:016x}", o.handle)},
-                               {"removed", o.removed}});
-        nlohmann::json dangling = nlohmann::json::array();
-        nlohmann::json removed_entries = nlohmann::json::array();
+            orphans.push(cli::Json::object({{"server", o.server},
+                                            {"handle", fmt::format("{:016x}", o.handle)},
+                                            {"removed", o.removed}}));
+        cli::Json dangling = cli::Json::array();
+        cli::Json removed_entries = cli::Json::array();
         for (const DanglingEntry &e : f.dangling_entries) {
-            dangling.push_back(e.path);
+            dangling.push(e.path);
             if (e.removed)
-                removed_entries.push_back(e.path);
+                removed_entries.push(e.path);
         }
-        nlohmann::json unreachable = nlohmann::json::array();
+        cli::Json unreachable = cli::Json::array();
         for (const OrphanMetadata &o : f.orphan_metadata)
-            unreachable.push_back(
+            unreachable.push(cli::Json::object(
                 {{"server", o.server},
                  {"handle", fmt::format("{:016x}", o.attr.handle)},
                  {"type", o.attr.type == ObjectType::directory ? "directory" : "other"},
-                 {"removed", o.removed}});
-        std::cout << nlohmann::json{{"objects", f.objects},
-                                    {"handles", f.handles},
-                                    {"entries", f.entries},
-                                    {"orphan_objects", orphans},
-                                    {"dangling_entries", dangling},
-                                    {"removed_entries", removed_entries},
-                                    {"orphan_metadata", unreachable},
-                                    {"repaired", repair && f.errors == 0 && problems},
-                                    {"errors", f.errors}}
+                 {"removed", o.removed}}));
+        std::cout << cli::Json::object({{"objects", f.objects},
+                                        {"handles", f.handles},
+                                        {"entries", f.entries},
+                                        {"orphan_objects", orphans},
+                                        {"dangling_entries", dangling},
+                                        {"removed_entries", removed_entries},
+                                        {"orphan_metadata", unreachable},
+                                        {"repaired", repair && f.errors == 0 && problems},
+                                        {"errors", f.errors}})
                          .dump(2)
                   << "\n";
     } else {

@@ -30,10 +30,10 @@
 #include <utility>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <sodium.h>
 
+#include "pvfs/cli.hpp"
 #include "pvfs/config.hpp"
 #include "pvfs/unique_fd.hpp"
 
@@ -367,60 +367,58 @@ void describe(const config::Cluster &c, const std::string &out)
 int run(int argc, char **argv)
 {
     Options o;
-    CLI::App app{"Writes a pvfs cluster config (TOML) and a fresh cluster key.\n"
-                 "Either --local N for a test cluster on 127.0.0.1, or the servers with --meta, "
-                 "--data and --server.\nServers are numbered in the order --meta, --data, "
-                 "--server; each one's storage is DIR/<name>.",
-                 "pvfs-genconfig"};
-    app.add_option("--out", o.out, "the config file to write")->type_name("FILE")->required();
-    app.add_option("--storage", o.storage, "directory holding every server's storage directory")
-        ->type_name("DIR")
-        ->required();
-    app.add_option("--fs-name", o.fs_name, "file-system name ([A-Za-z0-9_.-]{1,64})")
-        ->type_name("NAME")
-        ->capture_default_str();
-    app.add_option("--fs-id", o.fs_id, "file-system id (default: random)")->type_name("ID");
-    CLI::Option *local = app.add_option("--local", o.local,
-                                        "a test cluster: one metadata server and N data servers "
-                                        "on 127.0.0.1")
-                             ->type_name("N")
-                             ->check(CLI::Range(1U, max_local_servers));
-    app.add_option("--local-ib", o.local_ib,
-                   "--local: each server also listens on ib://ADDR:its port (an RDMA "
-                   "device's address)")
-        ->type_name("ADDR")
-        ->needs(local);
-    app.add_option("--port-base", o.port_base,
-                   "--local: first port, the others follow; 0 picks free ports")
-        ->type_name("PORT")
-        ->capture_default_str()
-        ->needs(local);
-    app.add_option("--meta", o.meta, "a metadata server tcp://host:port (meta0, meta1, ...)")
-        ->type_name("URL")
-        ->excludes(local);
-    app.add_option("--data", o.data, "a data server tcp://host:port (data0, data1, ...)")
-        ->type_name("URL")
-        ->excludes(local);
-    app.add_option("--server", o.servers,
-                   "a named server NAME=URL[,URL...]:ROLES, ROLES metadata, data or "
-                   "metadata+data")
-        ->type_name("SPEC")
-        ->excludes(local);
-    app.add_option("--key", o.key, "the key file to write (default: the config's name with .key)")
-        ->type_name("FILE");
-    app.add_option("--stripe-size", o.stripe_size,
-                   "default stripe size: bytes or KiB/MiB/GiB (default 1MiB)")
-        ->type_name("SIZE");
-    app.add_option("--stripe-count", o.stripe_count,
-                   "default stripe count (default 0: every data server)")
-        ->type_name("N");
-    app.add_flag("--force", o.force, "overwrite existing config and key files");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError &e) {
-        const int status = app.exit(e);
-        return status == 0 ? 0 : exit_usage;
-    }
+    pvfs::cli::Parser app{
+        "Writes a pvfs cluster config (TOML) and a fresh cluster key.\n"
+        "Either --local N for a test cluster on 127.0.0.1, or the servers with --meta, "
+        "--data and --server.\nServers are numbered in the order --meta, --data, "
+        "--server; each one's storage is DIR/<name>.",
+        "pvfs-genconfig"};
+    app.option("--out", o.out, "the config file to write").type_name("FILE").required();
+    app.option("--storage", o.storage, "directory holding every server's storage directory")
+        .type_name("DIR")
+        .required();
+    app.option("--fs-name", o.fs_name, "file-system name ([A-Za-z0-9_.-]{1,64})")
+        .type_name("NAME")
+        .show_default();
+    app.option("--fs-id", o.fs_id, "file-system id (default: random)").type_name("ID");
+    const pvfs::cli::Option local =
+        app.option("--local", o.local,
+                   "a test cluster: one metadata server and N data servers "
+                   "on 127.0.0.1")
+            .type_name("N")
+            .range(1U, max_local_servers);
+    app.option("--local-ib", o.local_ib,
+               "--local: each server also listens on ib://ADDR:its port (an RDMA "
+               "device's address)")
+        .type_name("ADDR")
+        .needs(local);
+    app.option("--port-base", o.port_base,
+               "--local: first port, the others follow; 0 picks free ports")
+        .type_name("PORT")
+        .show_default()
+        .needs(local);
+    app.option("--meta", o.meta, "a metadata server tcp://host:port (meta0, meta1, ...)")
+        .type_name("URL")
+        .excludes(local);
+    app.option("--data", o.data, "a data server tcp://host:port (data0, data1, ...)")
+        .type_name("URL")
+        .excludes(local);
+    app.option("--server", o.servers,
+               "a named server NAME=URL[,URL...]:ROLES, ROLES metadata, data or "
+               "metadata+data")
+        .type_name("SPEC")
+        .excludes(local);
+    app.option("--key", o.key, "the key file to write (default: the config's name with .key)")
+        .type_name("FILE");
+    app.option("--stripe-size", o.stripe_size,
+               "default stripe size: bytes or KiB/MiB/GiB (default 1MiB)")
+        .type_name("SIZE");
+    app.option("--stripe-count", o.stripe_count,
+               "default stripe count (default 0: every data server)")
+        .type_name("N");
+    app.flag("--force", o.force, "overwrite existing config and key files");
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const config::Cluster cluster = cluster_from(o);
     const std::string out = absolute(o.out);

@@ -9,19 +9,20 @@ using namespace pvfs;
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-getstripe: show the striping of files and directories in pvfs"};
+    cli::Parser app{"pvfs-getstripe: show the striping of files and directories in pvfs"};
     tools::Target target;
     bool json = false;
     std::vector<std::string> paths;
     tools::add_target_options(app, target);
-    app.add_flag("--json", json, "print as JSON");
-    app.add_option("paths", paths, "files or directories")->required();
-    CLI11_PARSE(app, argc, argv);
+    app.flag("--json", json, "print as JSON");
+    app.option("paths", paths, "files or directories").required();
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const auto client = tools::connect_or_exit("pvfs-getstripe", target);
     const auto data = client->cluster().data_servers();
     int status = 0;
-    nlohmann::json out = nlohmann::json::object();
+    cli::Json out = cli::Json::object();
     for (const std::string &arg : paths) {
         const std::string path = tools::pvfs_path(arg);
         Attr a;
@@ -39,9 +40,12 @@ static int run(int argc, char **argv)
             servers.push_back(
                 client->cluster().servers.at(data.at((l.first_server + slot) % data.size())).name);
         if (json) {
-            nlohmann::json j = tools::layout_json(l);
-            j["servers"] = servers;
-            out[path] = j;
+            cli::Json names = cli::Json::array();
+            for (const std::string &s : servers)
+                names.push(s);
+            cli::Json j = tools::layout_json(l);
+            j.set("servers", names);
+            out.set(path, j);
             continue;
         }
         std::string list;

@@ -33,22 +33,23 @@ void print(const std::vector<Item> &items, bool long_format)
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-ls: list directory contents in a pvfs file system"};
+    cli::Parser app{"pvfs-ls: list directory contents in a pvfs file system"};
     tools::Target target;
     bool long_format = false;
     bool json = false;
     std::vector<std::string> paths;
     tools::add_target_options(app, target);
-    app.add_flag("-l,--long", long_format, "mode, links, owner, size, mtime");
-    app.add_flag("--json", json, "print entries with all attributes as JSON");
-    app.add_option("paths", paths, "paths inside the file system (default: /)");
-    CLI11_PARSE(app, argc, argv);
+    app.flag("-l,--long", long_format, "mode, links, owner, size, mtime");
+    app.flag("--json", json, "print entries with all attributes as JSON");
+    app.option("paths", paths, "paths inside the file system (default: /)");
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
     if (paths.empty())
         paths.emplace_back("/");
 
     const auto client = tools::connect_or_exit("pvfs-ls", target);
     int status = 0;
-    nlohmann::json out = nlohmann::json::object();
+    cli::Json out = cli::Json::object();
     for (const std::string &arg : paths) {
         const std::string path = tools::pvfs_path(arg);
         Attr a;
@@ -92,13 +93,13 @@ static int run(int argc, char **argv)
         std::sort(items.begin(), items.end(),
                   [](const Item &x, const Item &y) { return x.name < y.name; });
         if (json) {
-            nlohmann::json list = nlohmann::json::array();
+            cli::Json list = cli::Json::array();
             for (const Item &i : items) {
-                nlohmann::json j = tools::attr_json(i.attr);
-                j["name"] = i.name;
-                list.push_back(j);
+                cli::Json j = tools::attr_json(i.attr);
+                j.set("name", i.name);
+                list.push(j);
             }
-            out[path] = list;
+            out.set(path, list);
             continue;
         }
         if (paths.size() > 1)

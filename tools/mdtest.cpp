@@ -140,23 +140,22 @@ Report local_phase(const std::string &dir, unsigned id, unsigned files, std::siz
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-mdtest: create, stat and remove rates of C clients, in one shared "
-                 "directory or one each (mdtest style); --local DIR for a local baseline"};
+    cli::Parser app{"pvfs-mdtest: create, stat and remove rates of C clients, in one shared "
+                    "directory or one each (mdtest style); --local DIR for a local baseline"};
     Plan plan;
     unsigned clients = 1;
     bool json = false;
     tools::add_target_options(app, plan.target);
-    app.add_option("-C,--clients", clients, "client processes (default 1)")
-        ->check(CLI::Range(1U, 256U));
-    app.add_option("-N,--files", plan.files, "files per client (default 1000)")
-        ->check(CLI::Range(1U, 10000000U));
-    app.add_flag("--separate", plan.separate, "one directory per client (default: all share one)");
-    app.add_option("-d,--dir", plan.dir,
-                   "the directory to work in (made and removed; default "
-                   "/pvfs-mdtest)");
-    app.add_option("--local", plan.local, "run against this local directory instead of pvfs");
-    app.add_flag("--json", json, "print the result as JSON");
-    CLI11_PARSE(app, argc, argv);
+    app.option("-C,--clients", clients, "client processes (default 1)").range(1U, 256U);
+    app.option("-N,--files", plan.files, "files per client (default 1000)").range(1U, 10000000U);
+    app.flag("--separate", plan.separate, "one directory per client (default: all share one)");
+    app.option("-d,--dir", plan.dir,
+               "the directory to work in (made and removed; default "
+               "/pvfs-mdtest)");
+    app.option("--local", plan.local, "run against this local directory instead of pvfs");
+    app.flag("--json", json, "print the result as JSON");
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     std::unique_ptr<client::Client> c;
     std::vector<std::string> dirs{plan.dir};
@@ -212,10 +211,10 @@ static int run(int argc, char **argv)
     results_write.reset();
 
     const std::uint64_t ops = std::uint64_t{plan.files} * clients;
-    nlohmann::json out{{"clients", clients},
-                       {"files_per_client", plan.files},
-                       {"directories", plan.separate ? "separate" : "shared"},
-                       {"target", plan.local.empty() ? "pvfs" : "local"}};
+    cli::Json out = cli::Json::object({{"clients", clients},
+                                       {"files_per_client", plan.files},
+                                       {"directories", plan.separate ? "separate" : "shared"},
+                                       {"target", plan.local.empty() ? "pvfs" : "local"}});
     int status = 0;
     for (const char *phase_name : phase_names) {
         for (const UniqueFd &g : go_write) {
@@ -239,12 +238,12 @@ static int run(int argc, char **argv)
         }
         const double secs = static_cast<double>(last - first) / 1e9;
         const double rate = secs > 0 ? static_cast<double>(ops) / secs : 0.0;
-        nlohmann::json j{{"ops", ops}, {"seconds", secs}, {"ops_per_s", rate}};
+        cli::Json j = cli::Json::object({{"ops", ops}, {"seconds", secs}, {"ops_per_s", rate}});
         if (error != 0) {
-            j["error"] = client::error_text(error);
+            j.set("error", client::error_text(error));
             status = tools::exit_failure;
         }
-        out[phase_name] = j;
+        out.set(phase_name, j);
         if (!json) {
             if (error != 0) {
                 fmt::print("{}: FAILED: {}\n", phase_name, client::error_text(error));

@@ -42,24 +42,24 @@ int make(client::Client &c, const std::string &path, std::uint32_t mode, bool pa
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-mkdir: make directories in a pvfs file system"};
+    cli::Parser app{"pvfs-mkdir: make directories in a pvfs file system"};
     tools::Target target;
     bool parents = false;
     std::string mode_text = "755";
     std::vector<std::string> paths;
     tools::add_target_options(app, target);
-    app.add_flag("-p,--parents", parents,
-                 "make parent directories as needed; no error if existing");
-    app.add_option("-m,--mode", mode_text, "permission bits, octal (default 755)");
+    app.flag("-p,--parents", parents, "make parent directories as needed; no error if existing");
+    app.option("-m,--mode", mode_text, "permission bits, octal (default 755)");
     int meta_server = -1;
-    app.add_option("--meta-server", meta_server,
-                   "make each named directory on metadata server N (its index among the "
-                   "config's metadata servers; a remote directory: what is made inside it lives "
-                   "there too).  Only directories of server 0 may have remote children; -p "
-                   "parents stay on their parent's server")
-        ->check(CLI::NonNegativeNumber);
-    app.add_option("paths", paths, "directories to make")->required();
-    CLI11_PARSE(app, argc, argv);
+    app.option("--meta-server", meta_server,
+               "make each named directory on metadata server N (its index among the "
+               "config's metadata servers; a remote directory: what is made inside it lives "
+               "there too).  Only directories of server 0 may have remote children; -p "
+               "parents stay on their parent's server")
+        .non_negative();
+    app.option("paths", paths, "directories to make").required();
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
     std::uint32_t mode = 0;
     try {
         std::size_t used = 0;

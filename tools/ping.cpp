@@ -13,19 +13,20 @@ using namespace pvfs;
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-ping: check that every server of a pvfs file system answers, runs the "
-                 "same config, and how fast"};
+    cli::Parser app{"pvfs-ping: check that every server of a pvfs file system answers, runs the "
+                    "same config, and how fast"};
     tools::Target target;
     bool json = false;
     tools::add_target_options(app, target);
-    app.add_flag("--json", json, "print the result as JSON");
-    CLI11_PARSE(app, argc, argv);
+    app.flag("--json", json, "print the result as JSON");
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const auto client = tools::connect_or_exit("pvfs-ping", target);
     const auto hash = config::hash(client->cluster());
     const std::vector<client::ServerStatus> all = client->status_all();
     bool ok = true;
-    nlohmann::json out = nlohmann::json::array();
+    cli::Json out = cli::Json::array();
     for (const client::ServerStatus &s : all) {
         const bool same = s.error == 0 && s.status.config_hash == hash;
         ok = ok && same;
@@ -36,21 +37,22 @@ static int run(int argc, char **argv)
             roles += roles.empty() ? "data" : ",data";
         const double ms = static_cast<double>(s.round_trip.count()) / 1e6;
         if (json) {
-            nlohmann::json j{{"name", s.name}, {"address", s.address}, {"ok", same}};
+            cli::Json j =
+                cli::Json::object({{"name", s.name}, {"address", s.address}, {"ok", same}});
             if (s.error != 0) {
-                j["error"] = client::error_text(s.error);
+                j.set("error", client::error_text(s.error));
             } else {
-                j["version"] = s.status.version;
-                j["roles"] = roles;
-                j["round_trip_ms"] = ms;
-                j["config_identical"] = same;
-                j["uptime_s"] = static_cast<double>(s.status.uptime_ns) / 1e9;
+                j.set("version", s.status.version);
+                j.set("roles", roles);
+                j.set("round_trip_ms", ms);
+                j.set("config_identical", same);
+                j.set("uptime_s", static_cast<double>(s.status.uptime_ns) / 1e9);
                 if ((s.status.roles & proto::role_data) != 0) {
-                    j["bulk_message_bytes"] = s.status.bulk_message_bytes;
-                    j["bulk_rdma_bytes"] = s.status.bulk_rdma_bytes;
+                    j.set("bulk_message_bytes", s.status.bulk_message_bytes);
+                    j.set("bulk_rdma_bytes", s.status.bulk_rdma_bytes);
                 }
             }
-            out.push_back(j);
+            out.push(j);
             continue;
         }
         if (s.error != 0) {

@@ -40,16 +40,17 @@ int remove_tree(client::Client &c, Handle dir, const std::string &path)
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-rm: remove files or directories from a pvfs file system"};
+    cli::Parser app{"pvfs-rm: remove files or directories from a pvfs file system"};
     tools::Target target;
     bool recursive = false;
     bool force = false;
     std::vector<std::string> paths;
     tools::add_target_options(app, target);
-    app.add_flag("-r,-R,--recursive", recursive, "remove directories and their contents");
-    app.add_flag("-f,--force", force, "ignore nonexistent files");
-    app.add_option("paths", paths, "paths to remove")->required();
-    CLI11_PARSE(app, argc, argv);
+    app.flag("-r,-R,--recursive", recursive, "remove directories and their contents");
+    app.flag("-f,--force", force, "ignore nonexistent files");
+    app.option("paths", paths, "paths to remove").required();
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const auto client = tools::connect_or_exit("pvfs-rm", target);
     int status = 0;

@@ -10,19 +10,20 @@ using namespace pvfs;
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-setstripe: set the striping of a new or empty file, or a directory's "
-                 "default for new files"};
+    cli::Parser app{"pvfs-setstripe: set the striping of a new or empty file, or a directory's "
+                    "default for new files"};
     tools::Target target;
     std::string size_text;
     std::uint32_t count = 0;
     std::int64_t first = -1;
     std::string path_arg;
     tools::add_target_options(app, target);
-    app.add_option("-S,--stripe-size", size_text, "bytes per stripe, e.g. 1MiB (default: keep)");
-    app.add_option("-n,--stripe-count", count, "data servers to stripe over (0: keep)");
-    app.add_option("-i,--first-server", first, "index of the first data server (default: keep)");
-    app.add_option("path", path_arg, "file or directory")->required();
-    CLI11_PARSE(app, argc, argv);
+    app.option("-S,--stripe-size", size_text, "bytes per stripe, e.g. 1MiB (default: keep)");
+    app.option("-n,--stripe-count", count, "data servers to stripe over (0: keep)");
+    app.option("-i,--first-server", first, "index of the first data server (default: keep)");
+    app.option("path", path_arg, "file or directory").required();
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const auto client = tools::connect_or_exit("pvfs-setstripe", target);
     const std::string path = tools::pvfs_path(path_arg);

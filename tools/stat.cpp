@@ -9,20 +9,21 @@ using namespace pvfs;
 
 static int run(int argc, char **argv)
 {
-    CLI::App app{"pvfs-stat: show attributes of files in a pvfs file system"};
+    cli::Parser app{"pvfs-stat: show attributes of files in a pvfs file system"};
     tools::Target target;
     bool json = false;
     bool no_follow = false;
     std::vector<std::string> paths;
     tools::add_target_options(app, target);
-    app.add_flag("--json", json, "print the attributes as JSON");
-    app.add_flag("-L,--no-follow", no_follow, "do not follow a final symlink");
-    app.add_option("paths", paths, "paths inside the file system")->required();
-    CLI11_PARSE(app, argc, argv);
+    app.flag("--json", json, "print the attributes as JSON");
+    app.flag("-L,--no-follow", no_follow, "do not follow a final symlink");
+    app.option("paths", paths, "paths inside the file system").required();
+    if (const std::optional<int> status = app.parse(argc, argv))
+        return *status;
 
     const auto client = tools::connect_or_exit("pvfs-stat", target);
     int status = 0;
-    nlohmann::json out = nlohmann::json::object();
+    cli::Json out = cli::Json::object();
     for (const std::string &arg : paths) {
         const std::string path = tools::pvfs_path(arg);
         Attr a;
@@ -32,7 +33,7 @@ static int run(int argc, char **argv)
             continue;
         }
         if (json) {
-            out[path] = tools::attr_json(a);
+            out.set(path, tools::attr_json(a));
             continue;
         }
         fmt::print("  File: {}\n", path);

@@ -17,8 +17,6 @@
 
 #include <bmi/bmi.hpp>
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -602,14 +600,17 @@ int run_main(int argc, char **argv)
     // auto: what programs using BMI get by default (BMI_TCP_ENGINE, else
     // io_uring where the kernel allows it); bench-net names one.
     ps.engine = "auto";
-    const auto add_options = [&ps](CLI::App &app) {
-        app.add_option("--engine", ps.engine, "BMI TCP progress engine (auto: BMI's default)")
-            ->check(CLI::IsMember({"epoll", "uring", "auto"}));
-        app.add_option("--listen", g_listen,
-                       "the parent's listen URL (tcp://127.0.0.1:0; an explicit port forks "
-                       "the peers before the server opens, as ib:// needs)");
-    };
-    if (const int status = bench::parse(argc, argv, "net-bmi", o, add_options); status >= 0)
+    const std::vector<bench::extra_option> extra{
+        {"--engine",
+         ps.engine,
+         "BMI TCP progress engine (auto: BMI's default)",
+         {"epoll", "uring", "auto"}},
+        {"--listen",
+         g_listen,
+         "the parent's listen URL (tcp://127.0.0.1:0; an explicit port forks the peers before "
+         "the server opens, as ib:// needs)",
+         {}}};
+    if (const int status = bench::parse(argc, argv, "net-bmi", o, extra); status >= 0)
         return status;
     bench::arm_timeout(o.timeout);
 

@@ -63,7 +63,7 @@ std::size_t options::largest() const
 }
 
 int parse(int argc, char **argv, std::string_view driver, options &opts,
-          const std::function<void(CLI::App &)> &extra)
+          const std::vector<extra_option> &extra)
 {
     driver_name() = driver;
     CLI::App app{"A driver of the network benchmark; bench/net/DRIVERS.md is its contract.",
@@ -115,12 +115,15 @@ int parse(int argc, char **argv, std::string_view driver, options &opts,
     m2o->add_option("--reps", opts.reps, "repetitions of every point")
         ->check(CLI::Range(1U, 1000U));
 
-    if (extra)
-        extra(app);
+    for (const extra_option &x : extra) {
+        CLI::Option *o = app.add_option(x.names, x.value.get(), x.help);
+        if (!x.choices.empty())
+            o->check(CLI::IsMember(x.choices));
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {
-        return app.exit(e);
+        return app.exit(e) == 0 ? 0 : 2;
     }
     if (bw->parsed())
         opts.which = pattern::bw;

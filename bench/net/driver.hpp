@@ -8,12 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
-
-namespace CLI {
-class App;
-} // namespace CLI
 
 namespace bench {
 
@@ -52,11 +49,20 @@ struct options {
     [[nodiscard]] std::size_t largest() const;
 };
 
-// Parses the command line into opts.  `extra` may add driver-specific
-// options (the BMI driver's --engine).  Returns -1 to go on, else the exit
-// status to stop with: 0 after --help, 2 on bad usage (message printed).
+// A driver's own option with a string value (the BMI driver's --engine).
+struct extra_option {
+    std::string names; // "--engine"
+    std::reference_wrapper<std::string> value;
+    std::string help;
+    std::vector<std::string> choices; // empty: any value
+};
+
+// Parses the command line into opts.  `extra` adds driver-specific
+// options; only this file's implementation compiles CLI11.  Returns -1 to go
+// on, else the exit status to stop with: 0 after --help, 2 on bad usage
+// (message printed).
 int parse(int argc, char **argv, std::string_view driver, options &opts,
-          const std::function<void(CLI::App &)> &extra = {});
+          const std::vector<extra_option> &extra = {});
 
 // After `seconds`, prints "<driver>: error: timed out after N s" and exits
 // with status 124.  Not inherited by fork()ed children.
