@@ -27,7 +27,7 @@ endif
 KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
 
 .PHONY: fuzz fuzz-build
-.PHONY: all configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net bench-fs bench-kernel bench-ib
+.PHONY: all deps configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net bench-fs bench-kernel bench-ib
 
 all: configure
 	@ninja -C $(BUILD)
@@ -57,9 +57,19 @@ check-full:
 # ./run/), mounted at /mnt/pvfs: on this kernel when it can load pvfs.ko
 # (built here first when it has headers), else in the QEMU guest, where a
 # shell opens (or CMD runs).  UP_MODE=host|vm|cluster forces a way; `make
-# down` unmounts and stops it all.  See scripts/up.
-up: all
-	@$(if $(and $(RUNNING_KDIR),$(filter auto host,$(or $(UP_MODE),auto))),scripts/kbuild $(KBUILD_FLAGS) --include include --src kmod --out $(KMOD_OUT) $(RUNNING_KDIR) || echo "up: building pvfs.ko for this kernel failed" >&2;) BUILD=$(BUILD) KMOD_OUT=$(KMOD_OUT) scripts/up
+# down` unmounts and stops it all.  On a fresh machine it first installs the
+# Debian packages it needs (scripts/deps, as root); then the sub-make builds
+# user space with the cmake that may just have been installed.  scripts/up
+# builds the module it loads.
+up:
+	@[ "$$(id -u)" = 0 ] || [ "$(UP_MODE)" = cluster ] || { echo "up: mounting needs root; run:  sudo make up" \
+		"(UP_MODE=cluster starts only the servers, as any user)" >&2; exit 1; }
+	@scripts/deps --for "make up$(if $(UP_MODE), UP_MODE=$(UP_MODE))"
+	@$(MAKE) --no-print-directory all
+	@UP_BUILD=1 BUILD=$(BUILD) KMOD_OUT=$(KMOD_OUT) KBUILD_FLAGS="$(KBUILD_FLAGS)" scripts/up
+
+deps:
+	@scripts/deps
 
 down:
 	@scripts/down
@@ -122,6 +132,7 @@ help:
 	@echo "                  in a QEMU guest shell when this kernel cannot load pvfs.ko (CMD=... runs"
 	@echo "                  a command there; UP_MODE=host|vm|cluster forces a way)"
 	@echo "make down         unmount it and stop it all"
+	@echo "make deps         install the Debian packages pvfs needs (make up and make check do it)"
 	@echo "make vm-shell     boot a guest with pvfs.ko loaded (CMD=... to run a command)"
 	@echo "make lint         clang-format and clang-tidy over user-space sources"
 	@echo "make dkms-install register kmod/ with DKMS for every installed kernel"
