@@ -226,7 +226,25 @@ private:
     static std::deque<Early>::iterator find_early(Peer &p, std::uint64_t serial);
     void resume_peer(Addr addr);
     void announce_receive(Peer &p, std::uint32_t i);
-    static void on_ready(const Conn &k, Peer &p, const FrameHeader &h);
+
+    // One handler per frame type after the hello (on_header dispatches
+    // through frame_handlers_): c is the connection, p its peer.
+    using FrameHandler = Verdict (TcpMethod::*)(std::uint32_t c, Peer &p, const FrameHeader &h);
+    using FrameHandlers = std::array<FrameHandler, static_cast<std::size_t>(FrameType::direct) + 1>;
+    static const FrameHandlers frame_handlers_;
+    Verdict on_eager(std::uint32_t c, Peer &p, const FrameHeader &h); // and direct
+    Verdict on_unexpected(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_rts(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_cts(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_data(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_nack(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_cancel(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_ping(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_pong(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_ready(std::uint32_t c, Peer &p, const FrameHeader &h);
+    void sink_matched_eager(std::uint32_t c, std::uint32_t i, const FrameHeader &h);
+    static void sink_early_eager(Conn &k, Peer &p, const FrameHeader &h);
+    void answer_rts(std::uint32_t c, Peer &p, std::uint32_t i, const FrameHeader &h);
     static bool take_ready(Peer &p, Tag tag, Ready &out);
     static void note_sent(Peer &p, Tag tag);
 

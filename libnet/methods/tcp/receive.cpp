@@ -1,8 +1,8 @@
 // The TCP method's receive path: bytes read into a staging buffer (or
 // straight into a large receive), headers decoded and validated, each frame
-// type handled, payloads routed to their sink.  Everything here comes from
-// the network before anything vouches for it: a frame that breaks the
-// protocol closes its connection.
+// type handled by its own function chosen through a table, payloads routed
+// to their sink.  Everything here comes from the network before anything
+// vouches for it: a frame that breaks the protocol closes its connection.
 #include "../../core/net.hpp"
 #include "method.hpp"
 
@@ -59,21 +59,24 @@ void TcpMethod::note_sent(Peer &p, Tag tag)
 // A READY is kept only if no message on its tag is in flight: every message
 // the receiver had not seen when it posted the receive (numbers after
 // h.cookie) is checked.  Such a message would match that receive first.
-void TcpMethod::on_ready(const Conn &k, Peer &p, const FrameHeader &h)
+// A READY that is not kept is still accepted: it only saves a round trip.
+TcpMethod::Verdict TcpMethod::on_ready(std::uint32_t c, Peer &p, const FrameHeader &h)
 {
+    const Conn &k = *conns_[c];
     if (k.remote_incarnation != p.incarnation)
-        return; // announced by a process that has since restarted
+        return Verdict::accept; // announced by a process that has since restarted
     const std::uint64_t seen = h.cookie;
     if (seen > p.msgs_sent || p.msgs_sent - seen >= ready_window)
-        return;
+        return Verdict::accept;
     for (std::uint64_t n = seen + 1; n <= p.msgs_sent; ++n) {
         if (p.sent_tags[n % ready_window] == h.tag)
-            return;
+            return Verdict::accept;
     }
     std::erase_if(p.readies, [&](const Ready &r) { return r.tag == h.tag; });
     if (p.readies.size() >= max_readies)
         p.readies.erase(p.readies.begin());
     p.readies.push_back({h.tag, h.cookie2, h.size});
+    return Verdict::accept;
 }
 
 bool TcpMethod::take_ready(Peer &p, Tag tag, Ready &out)
@@ -135,6 +138,37 @@ void TcpMethod::resume_peer(Addr addr)
     }
 }
 
+// ------------------------------------------------------------ frame headers
+
+// The handler of each frame type that may follow the hello, by type value.
+// A type without one closes the connection; decode() has already refused
+// the values that name no type, and the hello is handled before the peer
+// is known (on_header).
+constinit const TcpMethod::FrameHandlers TcpMethod::frame_handlers_ = [] {
+    FrameHandlers t{};
+    const auto at = [&t](FrameType type) -> FrameHandler & {
+        return t.at(static_cast<std::size_t>(type));
+    };
+    at(FrameType::eager) = &TcpMethod::on_eager;
+    at(FrameType::unexpected) = &TcpMethod::on_unexpected;
+    at(FrameType::rts) = &TcpMethod::on_rts;
+    at(FrameType::cts) = &TcpMethod::on_cts;
+    at(FrameType::data) = &TcpMethod::on_data;
+    at(FrameType::nack) = &TcpMethod::on_nack;
+    at(FrameType::cancel) = &TcpMethod::on_cancel;
+    at(FrameType::ping) = &TcpMethod::on_ping;
+    at(FrameType::pong) = &TcpMethod::on_pong;
+    at(FrameType::ready) = &TcpMethod::on_ready;
+    // Matched like an eager message: the sender checked that the announced
+    // receive is the first this message can match, and if that receive was
+    // cancelled meanwhile, FIFO order still holds.
+    at(FrameType::direct) = &TcpMethod::on_eager;
+    return t;
+}();
+
+// A decoded header: the hello first and only once, then every frame from
+// the peer the hello named, each to its type's handler.  Sets up the sink
+// for the payload, if any.
 TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
 {
     Conn &k = *conns_[c];
@@ -157,185 +191,228 @@ TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
     if (p == nullptr)
         return Verdict::close;
     p->heard = Clock::now();
-
-    switch (h.type) {
-    case FrameType::hello:
-        return Verdict::close; // handled above
-    case FrameType::direct:
-        // Matched like an eager message: the sender checked that the
-        // announced receive is the first this message can match, and if
-        // that receive was cancelled meanwhile, FIFO order still holds.
-    case FrameType::eager: {
-        std::uint32_t i = no_index;
-        if (match_recv(*p, h.tag, i)) {
-            Op &o = op(i);
-            o.conn = c;
-            o.mstate = st_recv_eager;
-            core_.touch(i);
-            if (h.size > o.total) {
-                k.sink = Sink::discard;
-                finish(i, -EMSGSIZE, 0);
-            } else {
-                k.sink = Sink::op;
-                k.sink_op = i;
-                k.sink_op_id = o.id;
-                k.sink_off = 0;
-                o.actual = h.size;
-            }
-        } else {
-            if (p->early_bytes + h.size > early_peer_bytes && p->early_bytes > 0)
-                return Verdict::pause;
-            Early e;
-            e.serial = ++p->early_serial;
-            e.tag = h.tag;
-            e.type = FrameType::eager;
-            e.size = h.size;
-            e.data.resize(h.size);
-            p->early_bytes += h.size;
-            p->early.push_back(std::move(e));
-            k.sink = Sink::early;
-            k.early_serial = p->early.back().serial;
-            k.sink_off = 0;
-        }
-        k.payload_left = h.size;
-        return Verdict::accept;
-    }
-    case FrameType::unexpected: {
-        if (core_.unexpected_pool->outstanding(p->addr) + h.size >
-                core_.limits.unexpected_peer_bytes &&
-            core_.unexpected_pool->outstanding(p->addr) > 0)
-            return Verdict::pause;
-        k.sink = Sink::unexpected;
-        k.sink_buf = core_.unexpected_pool->take(h.size);
-        k.sink_off = 0;
-        k.payload_left = h.size;
-        return Verdict::accept;
-    }
-    case FrameType::rts: {
-        std::uint32_t i = no_index;
-        if (match_recv(*p, h.tag, i)) {
-            Op &o = op(i);
-            o.conn = c;
-            o.mstate = st_recv_rndv;
-            core_.touch(i);
-            if (h.size > o.total) {
-                FrameHeader n;
-                n.type = FrameType::nack;
-                n.cookie = h.cookie;
-                n.status = EMSGSIZE;
-                queue_control(*p, n);
-                finish(i, -EMSGSIZE, 0);
-            } else {
-                o.remote_cookie = h.cookie;
-                o.actual = h.size;
-                o.total = h.size;
-                FrameHeader n;
-                n.type = FrameType::cts;
-                n.cookie = h.cookie;
-                n.cookie2 = o.id;
-                queue_control(*p, n);
-            }
-        } else {
-            Early e;
-            e.serial = ++p->early_serial;
-            e.tag = h.tag;
-            e.type = FrameType::rts;
-            e.size = h.size;
-            e.cookie = h.cookie;
-            p->early.push_back(std::move(e));
-        }
-        return Verdict::accept;
-    }
-    case FrameType::cts: {
-        Op *o = core_.find(h.cookie);
-        if (o == nullptr || o->state != OpState::active || o->peer != p->addr ||
-            o->mstate != st_send_rts)
-            return Verdict::accept; // a cancelled send: the receiver hears of it
-        const std::uint32_t i = core_.index_of(h.cookie);
-        o->remote_cookie = h.cookie2;
-        o->mstate = st_send_data;
-        core_.touch(i);
-        FrameHeader d;
-        d.type = FrameType::data;
-        d.tag = o->tag;
-        d.cookie = o->id;
-        d.cookie2 = h.cookie2;
-        d.size = std::min(chunk_size, o->total);
-        if (o->total == 0) {
-            finish(i, 0, 0);
-            return Verdict::accept;
-        }
-        queue_frame(o->conn, d, i, 0, d.size);
-        return Verdict::accept;
-    }
-    case FrameType::data: {
-        Op *o = core_.find(h.cookie2);
-        k.payload_left = h.size;
-        if (o == nullptr || o->state != OpState::active || o->peer != p->addr ||
-            o->kind != OpKind::recv || o->mstate != st_recv_rndv || o->remote_cookie != h.cookie) {
-            k.sink = Sink::discard; // cancelled meanwhile
-            return Verdict::accept;
-        }
-        if (o->done_bytes + h.size > o->total)
-            return Verdict::close;
-        const std::uint32_t i = core_.index_of(h.cookie2);
-        o->conn = c;
-        k.sink = Sink::op;
-        k.sink_op = i;
-        k.sink_op_id = o->id;
-        k.sink_off = o->done_bytes;
-        return Verdict::accept;
-    }
-    case FrameType::nack: {
-        Op *o = core_.find(h.cookie);
-        if (o != nullptr && o->state == OpState::active && o->peer == p->addr &&
-            (o->mstate == st_send_rts || o->mstate == st_send_data)) {
-            const std::uint32_t i = core_.index_of(h.cookie);
-            detach_tx(i);
-            finish(i, -h.status, o->done_bytes);
-        }
-        return Verdict::accept;
-    }
-    case FrameType::ping: {
-        FrameHeader pong;
-        pong.type = FrameType::pong;
-        queue_control(*p, pong);
-        return Verdict::accept;
-    }
-    case FrameType::pong:
-        return Verdict::accept; // heard: that is all it is for
-    case FrameType::ready:
-        on_ready(k, *p, h);
-        return Verdict::accept;
-    case FrameType::cancel: {
-        if (h.cookie2 != 0) {
-            Op *o = core_.find(h.cookie2);
-            if (o != nullptr && o->state == OpState::active && o->peer == p->addr &&
-                o->kind == OpKind::recv && o->remote_cookie == h.cookie) {
-                finish(core_.index_of(h.cookie2), -ECANCELED, o->done_bytes);
-            }
-            return Verdict::accept;
-        }
-        for (auto it = p->early.begin(); it != p->early.end(); ++it) {
-            if (it->type == FrameType::rts && it->cookie == h.cookie) {
-                p->early.erase(it);
-                return Verdict::accept;
-            }
-        }
-        // Already matched: the receive waits for data that will not come.
-        for (std::uint32_t i = p->ops.front(); i != no_index; i = p->ops.next(core_.ops, i)) {
-            if (op(i).kind == OpKind::recv && op(i).mstate == st_recv_rndv &&
-                op(i).remote_cookie == h.cookie) {
-                finish(i, -ECANCELED, op(i).done_bytes);
-                break;
-            }
-        }
-        return Verdict::accept;
-    }
-    }
-    return Verdict::close;
+    const auto type = static_cast<std::size_t>(h.type);
+    if (type >= frame_handlers_.size() || frame_handlers_[type] == nullptr)
+        return Verdict::close;
+    return (this->*frame_handlers_[type])(c, *p, h);
 }
 
+// EAGER and DIRECT: into the posted receive, else buffered as early within
+// the peer's budget (over it, the connection pauses until the budget frees).
+TcpMethod::Verdict TcpMethod::on_eager(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    Conn &k = *conns_[c];
+    std::uint32_t i = no_index;
+    if (match_recv(p, h.tag, i)) {
+        sink_matched_eager(c, i, h);
+    } else {
+        if (p.early_bytes + h.size > early_peer_bytes && p.early_bytes > 0)
+            return Verdict::pause;
+        sink_early_eager(k, p, h);
+    }
+    k.payload_left = h.size;
+    return Verdict::accept;
+}
+
+// A payload larger than its receive fails the receive, not the connection.
+void TcpMethod::sink_matched_eager(std::uint32_t c, std::uint32_t i, const FrameHeader &h)
+{
+    Conn &k = *conns_[c];
+    Op &o = op(i);
+    o.conn = c;
+    o.mstate = st_recv_eager;
+    core_.touch(i);
+    if (h.size > o.total) {
+        k.sink = Sink::discard;
+        finish(i, -EMSGSIZE, 0);
+        return;
+    }
+    k.sink = Sink::op;
+    k.sink_op = i;
+    k.sink_op_id = o.id;
+    k.sink_off = 0;
+    o.actual = h.size;
+}
+
+void TcpMethod::sink_early_eager(Conn &k, Peer &p, const FrameHeader &h)
+{
+    Early e;
+    e.serial = ++p.early_serial;
+    e.tag = h.tag;
+    e.type = FrameType::eager;
+    e.size = h.size;
+    e.data.resize(h.size);
+    p.early_bytes += h.size;
+    p.early.push_back(std::move(e));
+    k.sink = Sink::early;
+    k.early_serial = p.early.back().serial;
+    k.sink_off = 0;
+}
+
+// UNEXPECTED: into a buffer of the unexpected pool, within the peer's
+// budget of bytes the user has not released yet.
+TcpMethod::Verdict TcpMethod::on_unexpected(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    if (core_.unexpected_pool->outstanding(p.addr) + h.size > core_.limits.unexpected_peer_bytes &&
+        core_.unexpected_pool->outstanding(p.addr) > 0)
+        return Verdict::pause;
+    Conn &k = *conns_[c];
+    k.sink = Sink::unexpected;
+    k.sink_buf = core_.unexpected_pool->take(h.size);
+    k.sink_off = 0;
+    k.payload_left = h.size;
+    return Verdict::accept;
+}
+
+// RTS: answered at once if the receive is posted, else kept as early until
+// it is (post() answers then).
+TcpMethod::Verdict TcpMethod::on_rts(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    std::uint32_t i = no_index;
+    if (match_recv(p, h.tag, i)) {
+        answer_rts(c, p, i, h);
+        return Verdict::accept;
+    }
+    Early e;
+    e.serial = ++p.early_serial;
+    e.tag = h.tag;
+    e.type = FrameType::rts;
+    e.size = h.size;
+    e.cookie = h.cookie;
+    p.early.push_back(std::move(e));
+    return Verdict::accept;
+}
+
+// CTS if the message fits the receive, else NACK and the receive fails.
+void TcpMethod::answer_rts(std::uint32_t c, Peer &p, std::uint32_t i, const FrameHeader &h)
+{
+    Op &o = op(i);
+    o.conn = c;
+    o.mstate = st_recv_rndv;
+    core_.touch(i);
+    if (h.size > o.total) {
+        FrameHeader n;
+        n.type = FrameType::nack;
+        n.cookie = h.cookie;
+        n.status = EMSGSIZE;
+        queue_control(p, n);
+        finish(i, -EMSGSIZE, 0);
+        return;
+    }
+    o.remote_cookie = h.cookie;
+    o.actual = h.size;
+    o.total = h.size;
+    FrameHeader n;
+    n.type = FrameType::cts;
+    n.cookie = h.cookie;
+    n.cookie2 = o.id;
+    queue_control(p, n);
+}
+
+// CTS: the receiver is ready; the first data chunk goes.
+TcpMethod::Verdict TcpMethod::on_cts(std::uint32_t /*c*/, Peer &p, const FrameHeader &h)
+{
+    Op *o = core_.find(h.cookie);
+    if (o == nullptr || o->state != OpState::active || o->peer != p.addr ||
+        o->mstate != st_send_rts)
+        return Verdict::accept; // a cancelled send: the receiver hears of it
+    const std::uint32_t i = core_.index_of(h.cookie);
+    o->remote_cookie = h.cookie2;
+    o->mstate = st_send_data;
+    core_.touch(i);
+    FrameHeader d;
+    d.type = FrameType::data;
+    d.tag = o->tag;
+    d.cookie = o->id;
+    d.cookie2 = h.cookie2;
+    d.size = std::min(chunk_size, o->total);
+    if (o->total == 0) {
+        finish(i, 0, 0);
+        return Verdict::accept;
+    }
+    queue_frame(o->conn, d, i, 0, d.size);
+    return Verdict::accept;
+}
+
+// DATA: a rendezvous chunk for the receive it names.  A chunk past the
+// message's announced end breaks the protocol.
+TcpMethod::Verdict TcpMethod::on_data(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    Conn &k = *conns_[c];
+    Op *o = core_.find(h.cookie2);
+    k.payload_left = h.size;
+    if (o == nullptr || o->state != OpState::active || o->peer != p.addr ||
+        o->kind != OpKind::recv || o->mstate != st_recv_rndv || o->remote_cookie != h.cookie) {
+        k.sink = Sink::discard; // cancelled meanwhile
+        return Verdict::accept;
+    }
+    if (o->done_bytes + h.size > o->total)
+        return Verdict::close;
+    const std::uint32_t i = core_.index_of(h.cookie2);
+    o->conn = c;
+    k.sink = Sink::op;
+    k.sink_op = i;
+    k.sink_op_id = o->id;
+    k.sink_off = o->done_bytes;
+    return Verdict::accept;
+}
+
+// NACK: the receiver refused or ended a rendezvous; the send fails with
+// its errno.
+TcpMethod::Verdict TcpMethod::on_nack(std::uint32_t /*c*/, Peer &p, const FrameHeader &h)
+{
+    Op *o = core_.find(h.cookie);
+    if (o != nullptr && o->state == OpState::active && o->peer == p.addr &&
+        (o->mstate == st_send_rts || o->mstate == st_send_data)) {
+        const std::uint32_t i = core_.index_of(h.cookie);
+        detach_tx(i);
+        finish(i, -h.status, o->done_bytes);
+    }
+    return Verdict::accept;
+}
+
+// CANCEL: the sender ended a rendezvous, before or after it was matched.
+TcpMethod::Verdict TcpMethod::on_cancel(std::uint32_t /*c*/, Peer &p, const FrameHeader &h)
+{
+    if (h.cookie2 != 0) {
+        Op *o = core_.find(h.cookie2);
+        if (o != nullptr && o->state == OpState::active && o->peer == p.addr &&
+            o->kind == OpKind::recv && o->remote_cookie == h.cookie) {
+            finish(core_.index_of(h.cookie2), -ECANCELED, o->done_bytes);
+        }
+        return Verdict::accept;
+    }
+    for (auto it = p.early.begin(); it != p.early.end(); ++it) {
+        if (it->type == FrameType::rts && it->cookie == h.cookie) {
+            p.early.erase(it);
+            return Verdict::accept;
+        }
+    }
+    // Already matched: the receive waits for data that will not come.
+    for (std::uint32_t i = p.ops.front(); i != no_index; i = p.ops.next(core_.ops, i)) {
+        if (op(i).kind == OpKind::recv && op(i).mstate == st_recv_rndv &&
+            op(i).remote_cookie == h.cookie) {
+            finish(i, -ECANCELED, op(i).done_bytes);
+            break;
+        }
+    }
+    return Verdict::accept;
+}
+
+TcpMethod::Verdict TcpMethod::on_ping(std::uint32_t /*c*/, Peer &p, const FrameHeader & /*h*/)
+{
+    FrameHeader pong;
+    pong.type = FrameType::pong;
+    queue_control(p, pong);
+    return Verdict::accept;
+}
+
+// A pong was heard (on_header noted when): that is all it is for.
+// NOLINTNEXTLINE(readability-convert-member-functions-to-static): called through the table
+TcpMethod::Verdict TcpMethod::on_pong(std::uint32_t /*c*/, Peer & /*p*/, const FrameHeader & /*h*/)
+{
+    return Verdict::accept;
+}
 // The early message a payload is filling.  Almost always the newest one
 // (a payload follows its header), so the search starts from the back.
 std::deque<Early>::iterator TcpMethod::find_early(Peer &p, std::uint64_t serial)
