@@ -4,8 +4,8 @@
 // never block: they complete at once ("completed"), are queued ("posted") or
 // fail.  Only the test* calls may sleep, up to their max_idle_ms, on the
 // methods' file descriptors; progress happens inside them, with no thread of
-// BMI's own.  Methods (tcp today, ib later) sit behind one interface and are
-// chosen by the address scheme ("tcp://host:port").
+// BMI's own.  Methods (tcp and ib) sit behind one interface and are chosen
+// by the address scheme ("tcp://host:port", "ib://host:port").
 //
 // Semantics
 // - Reliable and ordered per (peer, tag).  No wildcard receive: a receive

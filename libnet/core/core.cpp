@@ -1059,8 +1059,8 @@ int Bmi::cancel(OpId op)
     return core_->cancel(op);
 }
 
-// Not static: the IB method will register the memory with this Bmi's device.
-// NOLINTNEXTLINE(readability-convert-member-functions-to-static)
+// peer is unused: the memory is registered with every method's devices
+// (Core::memalloc), so it suits transfers to any peer.
 Memory Bmi::memalloc(Addr /*peer*/, std::size_t size) const
 {
     return core_->memalloc(size);

@@ -1,0 +1,289 @@
+// The TCP method's private parts, shared by its translation units:
+// tcp.cpp (the method object, connections, op life, progress), send.cpp
+// (the send queues) and receive.cpp (frames in).  Not for other users:
+// the method's only door is make_method() in tcp.hpp.
+#ifndef PVFS_LIBNET_TCP_METHOD_HPP
+#define PVFS_LIBNET_TCP_METHOD_HPP
+
+#include "../../core/core.hpp"
+#include "../../core/ring.hpp"
+#include "engine.hpp"
+#include "frame.hpp"
+#include "pvfs/unique_fd.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bmi::tcp {
+
+// Describes bytes [skip, skip + left) of a buffer list as iovecs, as many
+// as fit in out.  Returns the count; left becomes what did not fit.
+inline std::size_t map_iov(const std::vector<MutableBuffer> &bufs, std::size_t skip,
+                           std::size_t &left, std::span<iovec> out)
+{
+    std::size_t n = 0;
+    for (const MutableBuffer &b : bufs) {
+        if (left == 0 || n == out.size())
+            break;
+        if (skip >= b.size) {
+            skip -= b.size;
+            continue;
+        }
+        const std::size_t take = std::min(b.size - skip, left);
+        out[n++] = iovec{static_cast<std::byte *>(b.data) + skip, take};
+        left -= take;
+        skip = 0;
+    }
+    return n;
+}
+
+// Receive-side staging buffer per connection.
+inline constexpr std::size_t stage_size = std::size_t{64} * 1024;
+// Payloads at least this large are read straight into the user's buffer.
+inline constexpr std::size_t direct_read_min = std::size_t{16} * 1024;
+// Rendezvous data goes in chunks of this size (the receiver's limit).
+inline constexpr std::size_t chunk_size = std::size_t{512} * 1024;
+// Early (not yet received) eager messages buffered per peer.
+inline constexpr std::size_t early_peer_bytes = std::size_t{4} * 1024 * 1024;
+inline constexpr std::size_t max_iov = 64;
+// Messages to a peer whose tags are remembered, so that a READY can be
+// checked against the messages still in flight (see on_ready).
+inline constexpr std::uint64_t ready_window = 256;
+// READY announcements kept per peer; older ones are forgotten (they only
+// save a round trip).
+inline constexpr std::size_t max_readies = 16;
+inline constexpr int max_events = 64;
+
+// Op states inside this method (Op::mstate).
+enum : std::uint8_t {
+    st_none = 0,
+    st_recv_posted,     // receive in the match table
+    st_recv_early_wait, // receive waiting for an early message to finish arriving
+    st_recv_eager,      // eager payload streaming into the receive
+    st_recv_rndv,       // CTS sent; data chunks arriving
+    st_send_wait_conn,  // send waiting for the connection (or its hello)
+    st_send_queued,     // eager / unexpected frame queued
+    st_send_rts,        // RTS queued or sent; waiting for CTS
+    st_send_data,       // data chunks being sent
+};
+
+// One frame (or a piece of one) waiting to be written.
+struct TxItem {
+    HeaderBytes hdr{};
+    std::size_t hdr_sent = 0;
+    std::uint32_t op = no_index; // payload source, or no_index for owned bytes
+    OpId op_id = no_op;
+    std::size_t off = 0; // payload range within the op's buffers
+    std::size_t len = 0;
+    std::size_t sent = 0;
+    std::vector<std::byte> own; // payload owned by the item (hello, detached rest)
+    FrameType type = FrameType::hello;
+};
+
+enum class Sink : std::uint8_t { none, op, early, unexpected, hello, discard };
+
+struct Conn {
+    pvfs::UniqueFd fd;
+    std::uint32_t generation = 0;
+    Addr peer = no_addr;
+    bool connecting = false;
+    bool hello_received = false;
+    bool paused = false;        // not reading: a budget is exhausted
+    bool write_blocked = false; // the socket returned EAGAIN on the last write
+    bool closed = true;
+    std::uint32_t events = 0;
+    RingQueue<TxItem> tx;
+    // receive side
+    std::vector<std::byte> stage = std::vector<std::byte>(stage_size);
+    std::size_t rb = 0;
+    std::size_t re = 0;
+    FrameHeader h;
+    Sink sink = Sink::none;
+    std::uint32_t sink_op = no_index;
+    OpId sink_op_id = no_op;
+    std::size_t sink_off = 0; // where in the op / buffer the next byte goes
+    std::size_t payload_left = 0;
+    std::vector<std::byte> sink_buf;
+    std::size_t early_index = 0; // which early item the payload fills (by serial)
+    std::uint64_t early_serial = 0;
+    std::uint64_t remote_incarnation = 0; // from the peer's hello on this connection
+};
+
+// A receive the peer announced with READY: the next message on its tag,
+// if it fits, goes as DIRECT instead of RTS/CTS.
+struct Ready {
+    Tag tag = 0;
+    std::uint64_t receiver_op = 0;
+    std::uint64_t capacity = 0;
+};
+
+// A message that arrived before its receive was posted.
+struct Early {
+    std::uint64_t serial = 0;
+    Tag tag = 0;
+    FrameType type = FrameType::eager; // eager or rts
+    std::vector<std::byte> data;
+    std::size_t size = 0;     // eager: payload length; rts: message length
+    bool complete = false;    // eager payload fully arrived
+    std::uint64_t cookie = 0; // rts: the sender's op
+    std::uint32_t waiting_op = no_index;
+};
+
+struct Peer {
+    Addr addr = no_addr;
+    std::string hostport; // for connecting; "" when the peer cannot be called
+    bool resolved = false;
+    sockaddr_storage sa{};
+    socklen_t salen = 0;
+    std::uint32_t tx_conn = no_index;
+    std::vector<std::uint32_t> conns;
+    HelloBody remote;
+    bool remote_known = false;
+    OpList waiting{&Op::match}; // sends waiting for the connection
+    OpList ops{&Op::peer_ops};  // every live op of this peer
+    Clock::time_point heard;    // the last frame from it, any connection
+    Clock::time_point pinged;   // the last ping to it
+    std::deque<Early> early;
+    std::size_t early_bytes = 0;
+    std::uint64_t early_serial = 0;
+    // Receiver-announced receives (docs/bmi.md, "Direct sends").
+    std::uint64_t incarnation = 0;             // the peer's, from its latest hello
+    std::uint64_t msgs_sent = 0;               // eager/rts/direct frames queued to it
+    std::uint64_t msgs_seen = 0;               // eager/rts/direct frames accepted from it
+    std::array<Tag, ready_window> sent_tags{}; // message n's tag at n % window
+    std::vector<Ready> readies;                // oldest first
+};
+
+class TcpMethod final : public Method {
+public:
+    TcpMethod(Core &core, std::string_view engine);
+    ~TcpMethod() override;
+    TcpMethod(const TcpMethod &) = delete;
+    TcpMethod &operator=(const TcpMethod &) = delete;
+    TcpMethod(TcpMethod &&) = delete;
+    TcpMethod &operator=(TcpMethod &&) = delete;
+
+    [[nodiscard]] std::string_view scheme() const override { return "tcp"; }
+    std::string listen(std::string_view hostport) override;
+    int add_peer(Addr addr, std::string_view hostport) override;
+    bool post(std::uint32_t i) override;
+    void cancel(std::uint32_t i, int error, bool must_end) override;
+    void unexpected_released(Addr addr) override { resume_peer(addr); }
+    int watch_internal(int fd) override;
+    int unwatch_internal(int fd) override;
+    void progress(int timeout_ms) override;
+    void drop_peer(Addr addr, int error) override;
+    [[nodiscard]] std::uint64_t open_connections() const override;
+    [[nodiscard]] std::uint64_t direct_sends() const override { return direct_sends_; }
+    [[nodiscard]] std::uint64_t engine() const override { return engine_->id(); }
+    Clock::time_point peer_alive(std::uint32_t i) override;
+    int watch_external(int fd) override;
+    int unwatch_external(int fd) override;
+
+private:
+    Peer &peer_of(Addr addr);
+    Peer *peer_ptr(Addr addr);
+    Op &op(std::uint32_t i) { return core_.ops[i]; }
+
+    // connections
+    std::uint32_t new_conn(pvfs::UniqueFd fd);
+    void tune_socket(int fd) const;
+    int connect_peer(Peer &p);
+    void close_conn(std::uint32_t c, int error, std::string_view why);
+    void update_events(std::uint32_t c);
+    void queue_hello(std::uint32_t c);
+    void on_connected(std::uint32_t c);
+    void accept_all();
+
+    // sending
+    bool start_send(std::uint32_t i, Peer &p);
+    void queue_frame(std::uint32_t c, const FrameHeader &h, std::uint32_t opi, std::size_t off,
+                     std::size_t len, bool front = false);
+    void queue_control(Peer &p, const FrameHeader &h);
+    bool flush(std::uint32_t c); // false when the connection died
+    void item_written(std::uint32_t c, TxItem &item);
+    void detach_tx(std::uint32_t i);
+
+    // receiving
+    bool handle_readable(std::uint32_t c); // true: the socket is drained
+    bool parse(std::uint32_t c);           // false when the connection died or paused
+    enum class Verdict : std::uint8_t { accept, pause, close };
+    Verdict on_header(std::uint32_t c, const FrameHeader &h);
+    void payload_done(std::uint32_t c);
+    void copy_into_op(std::uint32_t i, std::size_t off, const std::byte *src, std::size_t n);
+    bool match_recv(Peer &p, Tag tag, std::uint32_t &out);
+    static std::deque<Early>::iterator find_early(Peer &p, std::uint64_t serial);
+    void resume_peer(Addr addr);
+    void announce_receive(Peer &p, std::uint32_t i);
+
+    // One handler per frame type after the hello (on_header dispatches
+    // through frame_handlers_): c is the connection, p its peer.
+    using FrameHandler = Verdict (TcpMethod::*)(std::uint32_t c, Peer &p, const FrameHeader &h);
+    using FrameHandlers = std::array<FrameHandler, static_cast<std::size_t>(FrameType::direct) + 1>;
+    static const FrameHandlers frame_handlers_;
+    Verdict on_eager(std::uint32_t c, Peer &p, const FrameHeader &h); // and direct
+    Verdict on_unexpected(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_rts(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_cts(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_data(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_nack(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_cancel(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_ping(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_pong(std::uint32_t c, Peer &p, const FrameHeader &h);
+    Verdict on_ready(std::uint32_t c, Peer &p, const FrameHeader &h);
+    void sink_matched_eager(std::uint32_t c, std::uint32_t i, const FrameHeader &h);
+    static void sink_early_eager(Conn &k, Peer &p, const FrameHeader &h);
+    void answer_rts(std::uint32_t c, Peer &p, std::uint32_t i, const FrameHeader &h);
+    static bool take_ready(Peer &p, Tag tag, Ready &out);
+    static void note_sent(Peer &p, Tag tag);
+
+    void finish(std::uint32_t i, int error, std::size_t actual);
+    void ping_waiting_peers();
+    void ping(Peer &p, Clock::time_point now);
+    void unlink(std::uint32_t i);
+    void fail_peer_ops(Peer &p, int error);
+
+    // posted receives: buckets by (peer, tag), FIFO within a bucket
+    static constexpr std::size_t bucket_count = 4096;
+    static std::size_t bucket_of(Addr a, Tag t)
+    {
+        const std::uint64_t k = (a * 0x9e3779b97f4a7c15ULL) ^ static_cast<std::uint32_t>(t);
+        return (k ^ (k >> 29U)) & (bucket_count - 1);
+    }
+
+    Core &core_;
+    const std::uint64_t incarnation_;
+    std::unique_ptr<Engine> engine_;
+    std::vector<pvfs::UniqueFd> listeners_;
+    std::string my_url_;
+    std::vector<std::unique_ptr<Conn>> conns_;
+    std::vector<std::uint32_t> free_conns_;
+    std::uint32_t conn_generation_ = 0;
+    std::vector<std::unique_ptr<Peer>> peers_; // by Addr - 1
+    std::vector<OpList> buckets_;
+    std::vector<std::uint32_t> to_parse_; // connections with staged bytes to retry
+    Clock::time_point last_ping_round_;
+    std::vector<int> externals_;         // the caller's watched fds (Bmi::watch_fd)
+    std::vector<std::uint32_t> dirty_;   // connections with frames queued meanwhile
+    std::vector<std::uint32_t> unread_;  // connections left with unread input
+    std::vector<std::uint32_t> scratch_; // reused by progress: no allocation per call
+    // progress()'s ready events, kept: clearing them on every call of a
+    // spinning test* cost more than the wait that fills them.
+    std::array<ReadyEvent, max_events> events_{};
+    std::uint64_t direct_sends_ = 0;
+};
+
+} // namespace bmi::tcp
+
+#endif // PVFS_LIBNET_TCP_METHOD_HPP

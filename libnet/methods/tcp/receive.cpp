@@ -1,0 +1,678 @@
+// The TCP method's receive path: bytes read into a staging buffer (or
+// straight into a large receive), headers decoded and validated, each frame
+// type handled by its own function chosen through a table, payloads routed
+// to their sink.  Everything here comes from the network before anything
+// vouches for it: a frame that breaks the protocol closes its connection.
+#include "../../core/net.hpp"
+#include "method.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace bmi::tcp {
+
+using net::errno_text;
+
+// A receive about to wait in the match table: tell the sender, so that a
+// message above the eager limit comes at once instead of RTS -> CTS -> data.
+// Only when this receive is unambiguously the next one the peer's messages
+// on this tag will match: none is buffered (the caller checked) and no
+// other receive for (peer, tag) waits.
+void TcpMethod::announce_receive(Peer &p, std::uint32_t i)
+{
+    const Op &o = op(i);
+    if (o.total <= core_.limits.eager || p.tx_conn == no_index || !p.remote_known)
+        return;
+    const Conn &k = *conns_[p.tx_conn];
+    if (k.closed || k.connecting || !k.hello_received)
+        return;
+    const OpList &bucket = buckets_[bucket_of(p.addr, o.tag)];
+    for (std::uint32_t j = bucket.front(); j != no_index; j = bucket.next(core_.ops, j)) {
+        if (op(j).peer == p.addr && op(j).tag == o.tag)
+            return;
+    }
+    FrameHeader h;
+    h.type = FrameType::ready;
+    h.tag = o.tag;
+    h.size = o.total;
+    h.cookie = p.msgs_seen;
+    h.cookie2 = o.id;
+    const bool idle = k.tx.empty();
+    queue_frame(p.tx_conn, h, no_index, 0, 0);
+    if (idle)
+        flush(p.tx_conn);
+}
+
+void TcpMethod::note_sent(Peer &p, Tag tag)
+{
+    ++p.msgs_sent;
+    p.sent_tags[p.msgs_sent % ready_window] = tag;
+}
+
+// A READY is kept only if no message on its tag is in flight: every message
+// the receiver had not seen when it posted the receive (numbers after
+// h.cookie) is checked.  Such a message would match that receive first.
+// A READY that is not kept is still accepted: it only saves a round trip.
+TcpMethod::Verdict TcpMethod::on_ready(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    const Conn &k = *conns_[c];
+    if (k.remote_incarnation != p.incarnation)
+        return Verdict::accept; // announced by a process that has since restarted
+    const std::uint64_t seen = h.cookie;
+    if (seen > p.msgs_sent || p.msgs_sent - seen >= ready_window)
+        return Verdict::accept;
+    for (std::uint64_t n = seen + 1; n <= p.msgs_sent; ++n) {
+        if (p.sent_tags[n % ready_window] == h.tag)
+            return Verdict::accept;
+    }
+    std::erase_if(p.readies, [&](const Ready &r) { return r.tag == h.tag; });
+    if (p.readies.size() >= max_readies)
+        p.readies.erase(p.readies.begin());
+    p.readies.push_back({h.tag, h.cookie2, h.size});
+    return Verdict::accept;
+}
+
+bool TcpMethod::take_ready(Peer &p, Tag tag, Ready &out)
+{
+    if (p.readies.empty())
+        return false;
+    const auto it = std::find_if(p.readies.begin(), p.readies.end(),
+                                 [&](const Ready &r) { return r.tag == tag; });
+    if (it == p.readies.end())
+        return false;
+    out = *it;
+    p.readies.erase(it);
+    return true;
+}
+
+bool TcpMethod::match_recv(Peer &p, Tag tag, std::uint32_t &out)
+{
+    OpList &bucket = buckets_[bucket_of(p.addr, tag)];
+    for (std::uint32_t i = bucket.front(); i != no_index; i = bucket.next(core_.ops, i)) {
+        if (op(i).peer == p.addr && op(i).tag == tag) {
+            bucket.remove(core_.ops, i);
+            op(i).mstate = st_none;
+            out = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+void TcpMethod::copy_into_op(std::uint32_t i, std::size_t off, const std::byte *src, std::size_t n)
+{
+    for (const MutableBuffer &b : op(i).bufs) {
+        if (n == 0)
+            break;
+        if (off >= b.size) {
+            off -= b.size;
+            continue;
+        }
+        const std::size_t take = std::min(b.size - off, n);
+        std::memcpy(static_cast<std::byte *>(b.data) + off, src, take);
+        src += take;
+        n -= take;
+        off = 0;
+    }
+}
+
+void TcpMethod::resume_peer(Addr addr)
+{
+    Peer *p = peer_ptr(addr);
+    if (p == nullptr)
+        return;
+    for (const std::uint32_t c : p->conns) {
+        Conn &k = *conns_[c];
+        if (k.paused) {
+            k.paused = false;
+            update_events(c);
+            to_parse_.push_back(c);
+        }
+    }
+}
+
+// ------------------------------------------------------------ frame headers
+
+// The handler of each frame type that may follow the hello, by type value.
+// A type without one closes the connection; decode() has already refused
+// the values that name no type, and the hello is handled before the peer
+// is known (on_header).
+constinit const TcpMethod::FrameHandlers TcpMethod::frame_handlers_ = [] {
+    FrameHandlers t{};
+    const auto at = [&t](FrameType type) -> FrameHandler & {
+        return t.at(static_cast<std::size_t>(type));
+    };
+    at(FrameType::eager) = &TcpMethod::on_eager;
+    at(FrameType::unexpected) = &TcpMethod::on_unexpected;
+    at(FrameType::rts) = &TcpMethod::on_rts;
+    at(FrameType::cts) = &TcpMethod::on_cts;
+    at(FrameType::data) = &TcpMethod::on_data;
+    at(FrameType::nack) = &TcpMethod::on_nack;
+    at(FrameType::cancel) = &TcpMethod::on_cancel;
+    at(FrameType::ping) = &TcpMethod::on_ping;
+    at(FrameType::pong) = &TcpMethod::on_pong;
+    at(FrameType::ready) = &TcpMethod::on_ready;
+    // Matched like an eager message: the sender checked that the announced
+    // receive is the first this message can match, and if that receive was
+    // cancelled meanwhile, FIFO order still holds.
+    at(FrameType::direct) = &TcpMethod::on_eager;
+    return t;
+}();
+
+// A decoded header: the hello first and only once, then every frame from
+// the peer the hello named, each to its type's handler.  Sets up the sink
+// for the payload, if any.
+TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
+{
+    Conn &k = *conns_[c];
+    if (!k.hello_received && h.type != FrameType::hello)
+        return Verdict::close;
+    if (k.hello_received && h.type == FrameType::hello)
+        return Verdict::close;
+    k.h = h;
+    k.payload_left = 0;
+    k.sink = Sink::none;
+    if (h.type == FrameType::hello) {
+        k.sink = Sink::hello;
+        k.sink_buf.resize(h.size);
+        k.sink_off = 0;
+        k.payload_left = h.size;
+        return Verdict::accept;
+    }
+    // After the hello every connection is bound to its peer.
+    Peer *p = peer_ptr(k.peer);
+    if (p == nullptr)
+        return Verdict::close;
+    p->heard = Clock::now();
+    const auto type = static_cast<std::size_t>(h.type);
+    if (type >= frame_handlers_.size() || frame_handlers_[type] == nullptr)
+        return Verdict::close;
+    return (this->*frame_handlers_[type])(c, *p, h);
+}
+
+// EAGER and DIRECT: into the posted receive, else buffered as early within
+// the peer's budget (over it, the connection pauses until the budget frees).
+TcpMethod::Verdict TcpMethod::on_eager(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    Conn &k = *conns_[c];
+    std::uint32_t i = no_index;
+    if (match_recv(p, h.tag, i)) {
+        sink_matched_eager(c, i, h);
+    } else {
+        if (p.early_bytes + h.size > early_peer_bytes && p.early_bytes > 0)
+            return Verdict::pause;
+        sink_early_eager(k, p, h);
+    }
+    k.payload_left = h.size;
+    return Verdict::accept;
+}
+
+// A payload larger than its receive fails the receive, not the connection.
+void TcpMethod::sink_matched_eager(std::uint32_t c, std::uint32_t i, const FrameHeader &h)
+{
+    Conn &k = *conns_[c];
+    Op &o = op(i);
+    o.conn = c;
+    o.mstate = st_recv_eager;
+    core_.touch(i);
+    if (h.size > o.total) {
+        k.sink = Sink::discard;
+        finish(i, -EMSGSIZE, 0);
+        return;
+    }
+    k.sink = Sink::op;
+    k.sink_op = i;
+    k.sink_op_id = o.id;
+    k.sink_off = 0;
+    o.actual = h.size;
+}
+
+void TcpMethod::sink_early_eager(Conn &k, Peer &p, const FrameHeader &h)
+{
+    Early e;
+    e.serial = ++p.early_serial;
+    e.tag = h.tag;
+    e.type = FrameType::eager;
+    e.size = h.size;
+    e.data.resize(h.size);
+    p.early_bytes += h.size;
+    p.early.push_back(std::move(e));
+    k.sink = Sink::early;
+    k.early_serial = p.early.back().serial;
+    k.sink_off = 0;
+}
+
+// UNEXPECTED: into a buffer of the unexpected pool, within the peer's
+// budget of bytes the user has not released yet.
+TcpMethod::Verdict TcpMethod::on_unexpected(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    if (core_.unexpected_pool->outstanding(p.addr) + h.size > core_.limits.unexpected_peer_bytes &&
+        core_.unexpected_pool->outstanding(p.addr) > 0)
+        return Verdict::pause;
+    Conn &k = *conns_[c];
+    k.sink = Sink::unexpected;
+    k.sink_buf = core_.unexpected_pool->take(h.size);
+    k.sink_off = 0;
+    k.payload_left = h.size;
+    return Verdict::accept;
+}
+
+// RTS: answered at once if the receive is posted, else kept as early until
+// it is (post() answers then).
+TcpMethod::Verdict TcpMethod::on_rts(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    std::uint32_t i = no_index;
+    if (match_recv(p, h.tag, i)) {
+        answer_rts(c, p, i, h);
+        return Verdict::accept;
+    }
+    Early e;
+    e.serial = ++p.early_serial;
+    e.tag = h.tag;
+    e.type = FrameType::rts;
+    e.size = h.size;
+    e.cookie = h.cookie;
+    p.early.push_back(std::move(e));
+    return Verdict::accept;
+}
+
+// CTS if the message fits the receive, else NACK and the receive fails.
+void TcpMethod::answer_rts(std::uint32_t c, Peer &p, std::uint32_t i, const FrameHeader &h)
+{
+    Op &o = op(i);
+    o.conn = c;
+    o.mstate = st_recv_rndv;
+    core_.touch(i);
+    if (h.size > o.total) {
+        FrameHeader n;
+        n.type = FrameType::nack;
+        n.cookie = h.cookie;
+        n.status = EMSGSIZE;
+        queue_control(p, n);
+        finish(i, -EMSGSIZE, 0);
+        return;
+    }
+    o.remote_cookie = h.cookie;
+    o.actual = h.size;
+    o.total = h.size;
+    FrameHeader n;
+    n.type = FrameType::cts;
+    n.cookie = h.cookie;
+    n.cookie2 = o.id;
+    queue_control(p, n);
+}
+
+// CTS: the receiver is ready; the first data chunk goes.
+TcpMethod::Verdict TcpMethod::on_cts(std::uint32_t /*c*/, Peer &p, const FrameHeader &h)
+{
+    Op *o = core_.find(h.cookie);
+    if (o == nullptr || o->state != OpState::active || o->peer != p.addr ||
+        o->mstate != st_send_rts)
+        return Verdict::accept; // a cancelled send: the receiver hears of it
+    const std::uint32_t i = core_.index_of(h.cookie);
+    o->remote_cookie = h.cookie2;
+    o->mstate = st_send_data;
+    core_.touch(i);
+    FrameHeader d;
+    d.type = FrameType::data;
+    d.tag = o->tag;
+    d.cookie = o->id;
+    d.cookie2 = h.cookie2;
+    d.size = std::min(chunk_size, o->total);
+    if (o->total == 0) {
+        finish(i, 0, 0);
+        return Verdict::accept;
+    }
+    queue_frame(o->conn, d, i, 0, d.size);
+    return Verdict::accept;
+}
+
+// DATA: a rendezvous chunk for the receive it names.  A chunk past the
+// message's announced end breaks the protocol.
+TcpMethod::Verdict TcpMethod::on_data(std::uint32_t c, Peer &p, const FrameHeader &h)
+{
+    Conn &k = *conns_[c];
+    Op *o = core_.find(h.cookie2);
+    k.payload_left = h.size;
+    if (o == nullptr || o->state != OpState::active || o->peer != p.addr ||
+        o->kind != OpKind::recv || o->mstate != st_recv_rndv || o->remote_cookie != h.cookie) {
+        k.sink = Sink::discard; // cancelled meanwhile
+        return Verdict::accept;
+    }
+    if (o->done_bytes + h.size > o->total)
+        return Verdict::close;
+    const std::uint32_t i = core_.index_of(h.cookie2);
+    o->conn = c;
+    k.sink = Sink::op;
+    k.sink_op = i;
+    k.sink_op_id = o->id;
+    k.sink_off = o->done_bytes;
+    return Verdict::accept;
+}
+
+// NACK: the receiver refused or ended a rendezvous; the send fails with
+// its errno.
+TcpMethod::Verdict TcpMethod::on_nack(std::uint32_t /*c*/, Peer &p, const FrameHeader &h)
+{
+    Op *o = core_.find(h.cookie);
+    if (o != nullptr && o->state == OpState::active && o->peer == p.addr &&
+        (o->mstate == st_send_rts || o->mstate == st_send_data)) {
+        const std::uint32_t i = core_.index_of(h.cookie);
+        detach_tx(i);
+        finish(i, -h.status, o->done_bytes);
+    }
+    return Verdict::accept;
+}
+
+// CANCEL: the sender ended a rendezvous, before or after it was matched.
+TcpMethod::Verdict TcpMethod::on_cancel(std::uint32_t /*c*/, Peer &p, const FrameHeader &h)
+{
+    if (h.cookie2 != 0) {
+        Op *o = core_.find(h.cookie2);
+        if (o != nullptr && o->state == OpState::active && o->peer == p.addr &&
+            o->kind == OpKind::recv && o->remote_cookie == h.cookie) {
+            finish(core_.index_of(h.cookie2), -ECANCELED, o->done_bytes);
+        }
+        return Verdict::accept;
+    }
+    for (auto it = p.early.begin(); it != p.early.end(); ++it) {
+        if (it->type == FrameType::rts && it->cookie == h.cookie) {
+            p.early.erase(it);
+            return Verdict::accept;
+        }
+    }
+    // Already matched: the receive waits for data that will not come.
+    for (std::uint32_t i = p.ops.front(); i != no_index; i = p.ops.next(core_.ops, i)) {
+        if (op(i).kind == OpKind::recv && op(i).mstate == st_recv_rndv &&
+            op(i).remote_cookie == h.cookie) {
+            finish(i, -ECANCELED, op(i).done_bytes);
+            break;
+        }
+    }
+    return Verdict::accept;
+}
+
+TcpMethod::Verdict TcpMethod::on_ping(std::uint32_t /*c*/, Peer &p, const FrameHeader & /*h*/)
+{
+    FrameHeader pong;
+    pong.type = FrameType::pong;
+    queue_control(p, pong);
+    return Verdict::accept;
+}
+
+// A pong was heard (on_header noted when): that is all it is for.
+// NOLINTNEXTLINE(readability-convert-member-functions-to-static): called through the table
+TcpMethod::Verdict TcpMethod::on_pong(std::uint32_t /*c*/, Peer & /*p*/, const FrameHeader & /*h*/)
+{
+    return Verdict::accept;
+}
+// The early message a payload is filling.  Almost always the newest one
+// (a payload follows its header), so the search starts from the back.
+std::deque<Early>::iterator TcpMethod::find_early(Peer &p, std::uint64_t serial)
+{
+    for (auto it = p.early.end(); it != p.early.begin();) {
+        --it;
+        if (it->serial == serial)
+            return it;
+        if (it->serial < serial)
+            break; // serials grow towards the back
+    }
+    return p.early.end();
+}
+
+void TcpMethod::payload_done(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    Peer *p = peer_ptr(k.peer);
+    const Sink sink = k.sink;
+    k.sink = Sink::none;
+    switch (sink) {
+    case Sink::hello: {
+        HelloBody body;
+        if (const char *err = decode_hello(k.sink_buf, body)) {
+            close_conn(c, -EPROTO, err);
+            return;
+        }
+        k.hello_received = true;
+        if (k.peer == no_addr) {
+            // An incoming connection: the peer names where it listens.
+            std::string url = body.url;
+            if (url.empty()) {
+                sockaddr_storage sa{};
+                socklen_t len = sizeof sa;
+                ::getpeername(k.fd.get(), reinterpret_cast<sockaddr *>(&sa), &len);
+                url = net::sockaddr_url("tcp", reinterpret_cast<const sockaddr *>(&sa));
+            } else if (url.rfind("tcp://", 0) != 0) {
+                close_conn(c, -EPROTO, "hello with a non-tcp url");
+                return;
+            }
+            const Addr a = core_.peer_for_url(*this, url);
+            Peer &np = peer_of(a);
+            if (np.hostport.empty() && !body.url.empty())
+                np.hostport = url.substr(6);
+            k.peer = a;
+            np.conns.push_back(c);
+            if (np.tx_conn == no_index)
+                np.tx_conn = c;
+            p = &np;
+        }
+        p->remote = body;
+        p->remote_known = true;
+        k.remote_incarnation = body.incarnation;
+        if (p->incarnation != body.incarnation) {
+            // A new process behind this address: nothing sent to or seen
+            // from the old one counts for READY any more.  No message goes
+            // to a peer before its hello has arrived, so none is miscounted.
+            p->incarnation = body.incarnation;
+            p->msgs_sent = 0;
+            p->msgs_seen = 0;
+            p->readies.clear();
+        }
+        p->heard = Clock::now();
+        // Sends that waited for this connection go now, in order.
+        if (p->tx_conn == c) {
+            while (!p->waiting.empty()) {
+                const std::uint32_t i = p->waiting.front();
+                p->waiting.remove(core_.ops, i);
+                op(i).mstate = st_none;
+                start_send(i, *p);
+                if (k.closed)
+                    return;
+            }
+        }
+        return;
+    }
+    case Sink::op: {
+        const std::uint32_t i = k.sink_op;
+        k.sink_op = no_index;
+        Op &o = op(i);
+        if (o.state != OpState::active || o.id != k.sink_op_id)
+            return;
+        core_.touch(i);
+        if (o.mstate == st_recv_eager) {
+            finish(i, 0, o.actual);
+        } else if (o.mstate == st_recv_rndv) {
+            o.done_bytes += k.h.size;
+            if (o.done_bytes >= o.total)
+                finish(i, 0, o.total);
+        }
+        return;
+    }
+    case Sink::early: {
+        if (const auto it = find_early(*p, k.early_serial); it != p->early.end()) {
+            it->complete = true;
+            if (it->waiting_op != no_index) {
+                const std::uint32_t i = it->waiting_op;
+                Op &o = op(i);
+                const std::size_t n = std::min(it->size, o.total);
+                copy_into_op(i, 0, it->data.data(), n);
+                const int err = it->size > o.total ? -EMSGSIZE : 0;
+                p->early_bytes -= std::min(p->early_bytes, it->data.size());
+                p->early.erase(it);
+                finish(i, err, n);
+                resume_peer(p->addr);
+            }
+        }
+        return;
+    }
+    case Sink::unexpected:
+        core_.deliver_unexpected(
+            core_.unexpected_pool->make(p->addr, k.h.tag, std::move(k.sink_buf), k.h.size));
+        k.sink_buf = {};
+        return;
+    case Sink::discard:
+    case Sink::none:
+        return;
+    }
+}
+
+// Consumes staged bytes: headers and payloads.  Returns false when the
+// connection closed or paused.
+bool TcpMethod::parse(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    FrameLimits limits{core_.limits.eager, core_.limits.unexpected, chunk_size};
+    while (!k.closed) {
+        if (k.payload_left > 0 || k.sink != Sink::none) {
+            const std::size_t avail = k.re - k.rb;
+            const std::size_t n = std::min(avail, k.payload_left);
+            if (n > 0) {
+                const std::byte *src = k.stage.data() + k.rb;
+                switch (k.sink) {
+                case Sink::op:
+                    copy_into_op(k.sink_op, k.sink_off, src, n);
+                    break;
+                case Sink::hello:
+                case Sink::unexpected:
+                    std::memcpy(k.sink_buf.data() + k.sink_off, src, n);
+                    break;
+                case Sink::early: {
+                    Peer &p = *peer_ptr(k.peer);
+                    if (const auto it = find_early(p, k.early_serial); it != p.early.end())
+                        std::memcpy(it->data.data() + k.sink_off, src, n);
+                    break;
+                }
+                default:
+                    break;
+                }
+                k.sink_off += n;
+                k.rb += n;
+                k.payload_left -= n;
+            }
+            if (k.payload_left > 0)
+                return true; // need more bytes
+            payload_done(c);
+            continue;
+        }
+        if (k.re - k.rb < frame_header_size)
+            return true;
+        FrameHeader h;
+        const std::span<const std::byte, frame_header_size> hb(k.stage.data() + k.rb,
+                                                               frame_header_size);
+        if (const char *err = decode(hb, limits, h)) {
+            close_conn(c, -EPROTO, err);
+            return false;
+        }
+        if (k.peer == no_addr && h.type != FrameType::hello) {
+            close_conn(c, -EPROTO, "first frame is not a hello");
+            return false;
+        }
+        const Verdict v = on_header(c, h);
+        if (v == Verdict::close) {
+            close_conn(c, -EPROTO, "frame out of sequence");
+            return false;
+        }
+        if (v == Verdict::pause) {
+            k.paused = true;
+            update_events(c);
+            return false;
+        }
+        k.rb += frame_header_size;
+        if (h.type == FrameType::eager || h.type == FrameType::rts || h.type == FrameType::direct) {
+            // Counted when accepted (a paused header is parsed again).
+            Peer &p = *peer_ptr(k.peer);
+            if (k.remote_incarnation == p.incarnation)
+                ++p.msgs_seen;
+        }
+        if (k.payload_left == 0 && k.sink != Sink::none)
+            payload_done(c);
+    }
+    return false;
+}
+
+// Reads what the socket has, up to a bound so that one busy peer cannot
+// starve the others.  Returns true when the socket is drained (EAGAIN), the
+// connection closed or paused; false when input may remain.
+bool TcpMethod::handle_readable(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    for (int round = 0; round < 16; ++round) {
+        if (k.closed || k.paused)
+            return true;
+        ssize_t r = 0;
+        std::size_t asked = 0;
+        const bool direct = k.sink == Sink::op && k.rb == k.re && k.payload_left >= direct_read_min;
+        if (direct) {
+            // Large payloads go straight into the receive buffer.
+            // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init): filled before use
+            std::array<iovec, max_iov> iov;
+            std::size_t left = k.payload_left;
+            const std::size_t n = map_iov(op(k.sink_op).bufs, k.sink_off, left, iov);
+            asked = k.payload_left - left;
+            r = ::readv(k.fd.get(), iov.data(), static_cast<int>(n));
+        } else {
+            if (k.rb == k.re) {
+                k.rb = k.re = 0;
+            } else if (k.rb > 0 && k.stage.size() - k.re < frame_header_size) {
+                std::memmove(k.stage.data(), k.stage.data() + k.rb, k.re - k.rb);
+                k.re -= k.rb;
+                k.rb = 0;
+            }
+            asked = k.stage.size() - k.re;
+            r = ::recv(k.fd.get(), k.stage.data() + k.re, asked, 0);
+        }
+        if (r == 0) {
+            close_conn(c, -ECONNRESET, "peer closed the connection");
+            return true;
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return true;
+            close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
+            return true;
+        }
+        const auto got = static_cast<std::size_t>(r);
+        if (direct) {
+            k.sink_off += got;
+            k.payload_left -= got;
+            core_.touch(k.sink_op);
+            if (k.payload_left == 0)
+                payload_done(c);
+        } else {
+            k.re += got;
+        }
+        if (!parse(c))
+            return true;
+        // A read shorter than asked emptied the socket's queue: data that
+        // comes later wakes the engine again (epoll: level-triggered;
+        // io_uring: the multishot poll posts a completion per wake-up), so
+        // the EAGAIN read is not needed.  Under level-triggered readiness
+        // any small read may stop here: epoll reports what is left.
+        if (got < asked)
+            return true;
+        if (engine_->level_triggered() && !direct && got < stage_size / 2)
+            return true;
+    }
+    return false;
+}
+
+} // namespace bmi::tcp

@@ -1,0 +1,251 @@
+// The TCP method's send path: frames queued per connection and written
+// with sendmsg as far as the socket takes them; an op's payload is sent
+// from its own buffers.
+#include "../../core/net.hpp"
+#include "method.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace bmi::tcp {
+
+using net::errno_text;
+
+// Queues the first frame of a send; true if it completed at once.
+bool TcpMethod::start_send(std::uint32_t i, Peer &p)
+{
+    Op &o = op(i);
+    const std::uint32_t c = p.tx_conn;
+    o.conn = c;
+    FrameHeader h;
+    h.tag = o.tag;
+    h.size = o.total;
+    if (o.kind == OpKind::send_unexpected) {
+        if (o.total > p.remote.unexpected_limit) {
+            finish(i, -EMSGSIZE, 0);
+            return false;
+        }
+        h.type = FrameType::unexpected;
+    } else {
+        // Every expected message consumes the READY of its tag, if any: it
+        // is the message that the announced receive will match.
+        note_sent(p, o.tag);
+        Ready r;
+        const bool announced = take_ready(p, o.tag, r);
+        if (o.total <= p.remote.eager_limit) {
+            h.type = FrameType::eager;
+        } else if (announced && o.total <= r.capacity && o.total <= p.remote.chunk) {
+            // The receive is posted and waits: skip the RTS/CTS round trip.
+            h.type = FrameType::direct;
+            h.cookie2 = r.receiver_op;
+            ++direct_sends_;
+        } else {
+            h.type = FrameType::rts;
+            h.cookie = o.id;
+            o.mstate = st_send_rts;
+            queue_frame(c, h, i, 0, 0);
+            flush(c);
+            return false;
+        }
+    }
+    o.mstate = st_send_queued;
+    const bool idle = conns_[c]->tx.empty();
+    queue_frame(c, h, i, 0, o.total);
+    if (idle) {
+        // Immediate completion: the socket may take it all right now.
+        flush(c);
+        return op(i).state == OpState::done;
+    }
+    return false;
+}
+
+void TcpMethod::queue_frame(std::uint32_t c, const FrameHeader &h, std::uint32_t opi,
+                            std::size_t off, std::size_t len, bool front)
+{
+    TxItem item;
+    encode(h, item.hdr);
+    item.op = opi;
+    item.op_id = opi == no_index ? no_op : op(opi).id;
+    item.off = off;
+    item.len = len;
+    item.type = h.type;
+    Conn &k = *conns_[c];
+    if (k.tx.empty())
+        dirty_.push_back(c);
+    if (front)
+        k.tx.push_front(std::move(item));
+    else
+        k.tx.push_back(std::move(item));
+    update_events(c);
+}
+
+void TcpMethod::queue_control(Peer &p, const FrameHeader &h)
+{
+    if (p.tx_conn == no_index) {
+        if (connect_peer(p) != 0)
+            return; // nobody to tell; the peer's own deadline ends its op
+    }
+    queue_frame(p.tx_conn, h, no_index, 0, 0);
+}
+
+// Writes as much queued data as the socket takes.
+bool TcpMethod::flush(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    if (k.closed || k.connecting)
+        return !k.closed;
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init): filled before use
+    std::array<iovec, max_iov> iov;
+    while (!k.tx.empty()) {
+        std::size_t n = 0;
+        for (const TxItem &it : k.tx) {
+            if (n + 2 > max_iov)
+                break;
+            if (it.hdr_sent < frame_header_size) {
+                // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast)
+                iov[n++] = iovec{const_cast<std::byte *>(it.hdr.data() + it.hdr_sent),
+                                 frame_header_size - it.hdr_sent};
+            }
+            std::size_t skip = it.off + it.sent;
+            std::size_t left = it.len - it.sent;
+            if (left == 0)
+                continue;
+            if (it.op == no_index) {
+                iov[n++] = iovec{const_cast<std::byte *>(it.own.data() + it.sent), left}; // NOLINT
+                continue;
+            }
+            n += map_iov(op(it.op).bufs, skip, left, std::span(iov).subspan(n));
+            if (left != 0)
+                break; // out of iovecs inside this item
+        }
+        msghdr msg{};
+        msg.msg_iov = iov.data();
+        msg.msg_iovlen = n;
+        const ssize_t w = ::sendmsg(k.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                k.write_blocked = true;
+                break;
+            }
+            close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
+            return false;
+        }
+        auto written = static_cast<std::size_t>(w);
+        while (written > 0 || (!k.tx.empty() && k.tx.front().hdr_sent == frame_header_size &&
+                               k.tx.front().sent == k.tx.front().len)) {
+            TxItem &it = k.tx.front();
+            const std::size_t h = std::min(written, frame_header_size - it.hdr_sent);
+            it.hdr_sent += h;
+            written -= h;
+            const std::size_t d = std::min(written, it.len - it.sent);
+            it.sent += d;
+            written -= d;
+            if (it.hdr_sent == frame_header_size && it.sent == it.len) {
+                TxItem done = std::move(it);
+                k.tx.pop_front();
+                item_written(c, done);
+                if (k.closed)
+                    return false;
+            } else {
+                if (it.op != no_index && d > 0)
+                    core_.touch(it.op);
+                break;
+            }
+        }
+    }
+    if (k.tx.empty())
+        k.write_blocked = false;
+    update_events(c);
+    return true;
+}
+
+void TcpMethod::item_written(std::uint32_t c, TxItem &item)
+{
+    if (item.op == no_index)
+        return;
+    const std::uint32_t i = item.op;
+    Op &o = op(i);
+    if (o.state != OpState::active || o.id != item.op_id)
+        return;
+    core_.touch(i);
+    switch (item.type) {
+    case FrameType::eager:
+    case FrameType::direct:
+    case FrameType::unexpected:
+        o.done_bytes = o.total;
+        finish(i, 0, o.total);
+        break;
+    case FrameType::data: {
+        o.done_bytes += item.len;
+        if (o.done_bytes >= o.total) {
+            finish(i, 0, o.total);
+            break;
+        }
+        FrameHeader h;
+        h.type = FrameType::data;
+        h.tag = o.tag;
+        h.cookie = o.id;
+        h.cookie2 = o.remote_cookie;
+        h.size = std::min(chunk_size, o.total - o.done_bytes);
+        queue_frame(c, h, i, o.done_bytes, h.size);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+// Removes the op from every send queue.  A frame already partly on the wire
+// must be finished for the stream to stay framed: its remaining bytes are
+// copied so the caller may reuse the buffer at once.
+void TcpMethod::detach_tx(std::uint32_t i)
+{
+    const std::uint32_t c = op(i).conn;
+    if (c == no_index || c >= conns_.size() || conns_[c]->closed)
+        return;
+    auto &tx = conns_[c]->tx;
+    for (auto it = tx.begin(); it != tx.end();) {
+        if (it->op != i) {
+            ++it;
+            continue;
+        }
+        if (it->hdr_sent == 0) {
+            it = tx.erase(it);
+            continue;
+        }
+        std::vector<std::byte> rest(it->len - it->sent);
+        // Copy op bytes [off+sent, off+len) into rest.
+        std::size_t pos = 0;
+        std::size_t skip = it->off + it->sent;
+        for (const MutableBuffer &b : op(i).bufs) {
+            if (pos == rest.size())
+                break;
+            if (skip >= b.size) {
+                skip -= b.size;
+                continue;
+            }
+            const std::size_t n = std::min(b.size - skip, rest.size() - pos);
+            std::memcpy(rest.data() + pos, static_cast<const std::byte *>(b.data) + skip, n);
+            pos += n;
+            skip = 0;
+        }
+        it->own = std::move(rest);
+        it->off = 0;
+        it->len = it->own.size();
+        it->sent = 0;
+        it->op = no_index;
+        it->op_id = no_op;
+        ++it;
+    }
+}
+
+} // namespace bmi::tcp
