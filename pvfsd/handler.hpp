@@ -57,8 +57,8 @@ private:
     static void on_done(void *op) noexcept;
     Task<std::vector<std::byte>> run(Op &op);
     int attach(const Upcall &up, Downcall &out);
+    // Not a coroutine: the op's own coroutine is what run awaits.
     Task<int> dispatch(const Upcall &up, client::Client &c, Downcall &out);
-    [[nodiscard]] std::span<std::byte> slot(std::uint32_t index, std::uint32_t length) const;
 
     HandlerOptions options_;
     std::shared_ptr<client::Loop> loop_;
