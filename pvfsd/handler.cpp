@@ -56,41 +56,45 @@ void Handler::start(Upcall up)
                       op_name(up.op()), tag);
         return;
     }
-    auto op = std::make_unique<Op>(std::move(up));
+    auto op = std::make_unique<Op>(*this, std::move(up));
     Op &o = *op;
     ops_.emplace(tag, std::move(op));
     const auto common = o.up.body<pvfsd_req_common>();
     loop_->set_context(common ? credentials_of(*common) : Credentials{}, tag);
     o.task = run(o);
+    ++running_;
+    // It may finish (and be on the completion list) before start returns.
     o.task.start(&Handler::on_done, &o);
     peak_ = std::max(peak_, in_flight());
 }
 
 void Handler::on_done(void *op) noexcept
 {
-    static_cast<Op *>(op)->done = true;
-}
-
-std::size_t Handler::in_flight() const noexcept
-{
-    std::size_t n = 0;
-    for (const auto &[tag, op] : ops_)
-        n += op->done ? 0 : 1;
-    return n;
+    Op &o = *static_cast<Op *>(op);
+    Handler &h = o.handler;
+    o.done = true;
+    --h.running_;
+    if (h.finished_last_ != nullptr)
+        h.finished_last_->next_finished = &o;
+    else
+        h.finished_first_ = &o;
+    h.finished_last_ = &o;
 }
 
 std::vector<std::vector<std::byte>> Handler::take_finished()
 {
     std::vector<std::vector<std::byte>> out;
-    for (auto it = ops_.begin(); it != ops_.end();) {
-        if (!it->second->done) {
-            ++it;
-            continue;
-        }
-        std::vector<std::byte> reply = it->second->task.result();
+    while (finished_first_ != nullptr) {
+        // Off the list and out of the table before its result is taken,
+        // which rethrows what escaped the task: no list entry outlives its op.
+        Op *const first = finished_first_;
+        finished_first_ = first->next_finished;
+        if (finished_first_ == nullptr)
+            finished_last_ = nullptr;
+        const std::unique_ptr<Op> op = std::move(ops_.extract(first->up.tag()).mapped());
+        std::vector<std::byte> reply = op->task.result();
         if (!reply.empty())
             out.push_back(std::move(reply));
-        it = ops_.erase(it);
     }
     return out;
 }
