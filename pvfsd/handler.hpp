@@ -39,26 +39,32 @@ public:
 
     // Starts the work for an upcall (a CANCEL takes effect at once).
     void start(Upcall up);
-    // The downcalls of the upcalls finished since the last call.
+    // The downcalls of the upcalls finished since the last call, in the
+    // order they finished.
     [[nodiscard]] std::vector<std::vector<std::byte>> take_finished();
 
-    [[nodiscard]] std::size_t in_flight() const noexcept;
+    [[nodiscard]] std::size_t in_flight() const noexcept { return running_; }
     [[nodiscard]] std::size_t peak_in_flight() const noexcept { return peak_; }
     [[nodiscard]] std::size_t cancels() const noexcept { return cancels_; }
     [[nodiscard]] std::size_t mounts() const noexcept { return clients_.size(); }
 
 private:
     struct Op {
-        explicit Op(Upcall u) : up(std::move(u)) {}
+        Op(Handler &h, Upcall u) : handler(h), up(std::move(u)) {}
+        Handler &handler;
         Upcall up; // the task's views point into it: never moved
         Task<std::vector<std::byte>> task;
         bool done = false;
+        // The next op of the completion list (owned by ops_, as this one).
+        Op *next_finished = nullptr;
     };
+    // Puts the op on the completion list: take_finished need not look at
+    // the ops still running, and nothing here can fail (no allocation).
     static void on_done(void *op) noexcept;
     Task<std::vector<std::byte>> run(Op &op);
     int attach(const Upcall &up, Downcall &out);
+    // Not a coroutine: the op's own coroutine is what run awaits.
     Task<int> dispatch(const Upcall &up, client::Client &c, Downcall &out);
-    [[nodiscard]] std::span<std::byte> slot(std::uint32_t index, std::uint32_t length) const;
 
     HandlerOptions options_;
     std::shared_ptr<client::Loop> loop_;
@@ -66,6 +72,10 @@ private:
     std::size_t slot_size_;
     std::map<std::uint64_t, std::shared_ptr<client::Client>> clients_;
     std::unordered_map<std::uint64_t, std::unique_ptr<Op>> ops_; // by tag
+    // The ops finished and not yet taken, first finished first.
+    Op *finished_first_ = nullptr;
+    Op *finished_last_ = nullptr;
+    std::size_t running_ = 0;
     std::size_t peak_ = 0;
     std::size_t cancels_ = 0;
 };
