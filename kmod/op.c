@@ -270,8 +270,10 @@ int pvfs_op_wait(struct pvfs_op *op)
 		pvfs_op_put(cancel);
 		return -ERESTARTSYS;
 	case PVFS_OP_SENT:
-		/* the daemon works on it: keep the op (and its slot) until it
-		 * answers or dies, and ask it to stop */
+		/*
+		 * the daemon works on it: keep the op (and its slot) until it
+		 * answers or dies, and ask it to stop
+		 */
 		op->state = PVFS_OP_ABANDONED;
 		if (cancel && pvfs_chan.hello_done) {
 			pvfs_queue_locked(cancel);

@@ -213,6 +213,7 @@ static inline void pvfs_attr_stale(struct inode *inode)
 {
 	PVFS_I(inode)->attr_time = 0;
 }
+
 unsigned long pvfs_attr_timeout(struct inode *inode);
 int pvfs_getattr(PVFS_IDMAP_T *idmap, const struct path *path, struct kstat *stat, u32 request_mask,
 		 unsigned int query_flags);
