@@ -17,12 +17,15 @@
 #include "pvfs.h"
 
 enum pvfs_op_state {
-	PVFS_OP_NEW,	   /* being built by its caller */
-	PVFS_OP_QUEUED,	   /* on pvfs_chan.queue, for the daemon's next read */
-	PVFS_OP_SENT,	   /* read by the daemon, in pvfs_chan.sent by tag */
-	PVFS_OP_DONE,	   /* answered or failed; off every list */
-	PVFS_OP_ABANDONED, /* sent, but its caller is gone: in sent until the
-			    * daemon answers or dies, holding its slot */
+	PVFS_OP_NEW,	/* being built by its caller */
+	PVFS_OP_QUEUED, /* on pvfs_chan.queue, for the daemon's next read */
+	PVFS_OP_SENT,	/* read by the daemon, in pvfs_chan.sent by tag */
+	PVFS_OP_DONE,	/* answered or failed; off every list */
+	/*
+	 * sent, but its caller is gone: in sent until the daemon answers or
+	 * dies, holding its slot
+	 */
+	PVFS_OP_ABANDONED,
 };
 
 /* What kind of op it is for the channel. */
@@ -60,7 +63,7 @@ struct pvfs_op {
 };
 
 struct pvfs_chan {
-	spinlock_t lock;
+	spinlock_t lock; /* guards the ops, the queue, the hash, the slot map: op.c says all */
 	struct list_head queue;	    /* QUEUED ops, oldest first */
 	DECLARE_HASHTABLE(sent, 8); /* SENT and ABANDONED ops by tag */
 	wait_queue_head_t readq;    /* the daemon's read() and poll() */

@@ -2,25 +2,47 @@
 /*
  * What differs between the kernels pvfs.ko builds for (Debian's 6.1 and
  * 6.12): id-mapping arguments, inode timestamp accessors, write_begin's
- * page or folio, writepage_t's page or folio, splice_read.
+ * page or folio, writepage_t's page or folio, splice_read, vm_flags.
  */
 #ifndef PVFS_KMOD_COMPAT_H
 #define PVFS_KMOD_COMPAT_H
 
 #include <linux/fs.h>
+#include <linux/mm.h>
 #include <linux/pagemap.h>
 #include <linux/version.h>
 #include <linux/writeback.h>
 
+/* idmaps replaced user namespaces in 6.3; generic_fillattr takes the request mask from 6.6 on */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
 #define PVFS_IDMAP_T struct mnt_idmap
 #define PVFS_NOP_IDMAP (&nop_mnt_idmap)
-#define pvfs_generic_fillattr(idmap, mask, inode, stat) generic_fillattr(idmap, mask, inode, stat)
+
+static inline void pvfs_generic_fillattr(struct mnt_idmap *idmap, u32 request_mask,
+					 struct inode *inode, struct kstat *stat)
+{
+	generic_fillattr(idmap, request_mask, inode, stat);
+}
 #else
 #define PVFS_IDMAP_T struct user_namespace
 #define PVFS_NOP_IDMAP (&init_user_ns)
-#define pvfs_generic_fillattr(idmap, mask, inode, stat) generic_fillattr(idmap, inode, stat)
+
+static inline void pvfs_generic_fillattr(struct user_namespace *idmap, u32 request_mask,
+					 struct inode *inode, struct kstat *stat)
+{
+	generic_fillattr(idmap, inode, stat);
+}
 #endif
+
+/* vm_flags is read-only from 6.3 on */
+static inline void pvfs_vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+	vm_flags_set(vma, flags);
+#else
+	vma->vm_flags |= flags;
+#endif
+}
 
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 7, 0)
 static inline void pvfs_set_inode_times(struct inode *inode, struct timespec64 atime,

@@ -25,7 +25,6 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
-#include <linux/version.h>
 #include <linux/vmalloc.h>
 
 #include "chan.h"
@@ -520,11 +519,7 @@ static int pvfs_dev_mmap(struct file *file, struct vm_area_struct *vma)
 		return -ENXIO;
 	if (vma->vm_pgoff != 0 || vma->vm_end - vma->vm_start != bytes)
 		return -EINVAL;
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
-	vm_flags_set(vma, VM_DONTCOPY);
-#else
-	vma->vm_flags |= VM_DONTCOPY;
-#endif
+	pvfs_vm_flags_set(vma, VM_DONTCOPY);
 	return remap_vmalloc_range(vma, pvfs_chan.slots, 0);
 }
 

@@ -3,9 +3,10 @@
  * Regular files: the page cache in front of the servers.  Data moves
  * between page-cache folios (or, for O_DIRECT, the caller's buffer) and a
  * data slot the daemon maps, one copy, in READ/WRITE requests of up to a
- * slot: readahead fills many folios per request and writeback batches
- * contiguous dirty folios into one, each keeping up to PVFS_IO_DEPTH
- * requests in flight so that pvfsd streams several slots at once.
+ * slot: readahead fills many folios per request and does not wait for
+ * them (its window bounds how many are in flight); writeback batches
+ * contiguous dirty folios into one and keeps up to PVFS_IO_DEPTH in
+ * flight.  Either way pvfsd streams several slots at once.
  * Consistency is close-to-open, as in NFS: open revalidates the attributes
  * (dropping cached pages another client made stale), close writes dirty
  * pages back and reports errors.

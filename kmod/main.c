@@ -21,24 +21,24 @@ static int __init pvfs_init(void)
 
 	err = pvfs_op_init();
 	if (err)
-		goto out_inodes;
+		goto out_inode_cache_exit;
 
 	err = pvfs_dev_init();
 	if (err)
-		goto out_file;
+		goto out_op_exit;
 
 	err = pvfs_fs_init();
 	if (err)
-		goto out_dev;
+		goto out_dev_exit;
 
 	pr_info("loaded (channel protocol %u)\n", PVFSD_DEV_VERSION);
 	return 0;
 
-out_dev:
+out_dev_exit:
 	pvfs_dev_exit();
-out_file:
+out_op_exit:
 	pvfs_op_exit();
-out_inodes:
+out_inode_cache_exit:
 	pvfs_inode_cache_exit();
 	return err;
 }

@@ -270,8 +270,10 @@ int pvfs_op_wait(struct pvfs_op *op)
 		pvfs_op_put(cancel);
 		return -ERESTARTSYS;
 	case PVFS_OP_SENT:
-		/* the daemon works on it: keep the op (and its slot) until it
-		 * answers or dies, and ask it to stop */
+		/*
+		 * the daemon works on it: keep the op (and its slot) until it
+		 * answers or dies, and ask it to stop
+		 */
 		op->state = PVFS_OP_ABANDONED;
 		if (cancel && pvfs_chan.hello_done) {
 			pvfs_queue_locked(cancel);
@@ -295,7 +297,9 @@ struct pvfs_op *pvfs_chan_find_sent_locked(u64 tag)
 {
 	struct pvfs_op *op;
 
-	hash_for_each_possible(pvfs_chan.sent, op, sent_link, tag) if (op->tag == tag) return op;
+	hash_for_each_possible(pvfs_chan.sent, op, sent_link, tag)
+		if (op->tag == tag)
+			return op;
 	return NULL;
 }
 
@@ -303,8 +307,9 @@ static struct pvfs_sb_info *pvfs_find_mount_locked(u64 mount_id)
 {
 	struct pvfs_sb_info *sbi;
 
-	list_for_each_entry(sbi, &pvfs_chan.mounts,
-			    mount_link) if (sbi->mount_id == mount_id) return sbi;
+	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link)
+		if (sbi->mount_id == mount_id)
+			return sbi;
 	return NULL;
 }
 
@@ -386,8 +391,7 @@ static void pvfs_put_list(struct list_head *list)
 {
 	struct pvfs_op *op, *next;
 
-	list_for_each_entry_safe(op, next, list, queue_link)
-	{
+	list_for_each_entry_safe(op, next, list, queue_link) {
 		list_del_init(&op->queue_link);
 		pvfs_op_put(op);
 	}
@@ -403,13 +407,12 @@ static void pvfs_fail_mount(struct pvfs_sb_info *sbi)
 
 	spin_lock(&pvfs_chan.lock);
 	sbi->failed = true;
-	list_for_each_entry_safe(op, next, &pvfs_chan.queue,
-				 queue_link) if (op->kind == PVFS_KIND_CALL && op->sbi == sbi)
-		pvfs_fail_locked(op, -EIO, &to_put);
-	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op,
-			   sent_link) if (op->kind == PVFS_KIND_CALL && op->sbi == sbi &&
-					  op->state == PVFS_OP_SENT)
-		pvfs_fail_locked(op, -EIO, &to_put);
+	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link)
+		if (op->kind == PVFS_KIND_CALL && op->sbi == sbi)
+			pvfs_fail_locked(op, -EIO, &to_put);
+	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link)
+		if (op->kind == PVFS_KIND_CALL && op->sbi == sbi && op->state == PVFS_OP_SENT)
+			pvfs_fail_locked(op, -EIO, &to_put);
 	spin_unlock(&pvfs_chan.lock);
 	pvfs_put_list(&to_put);
 	wake_up(&pvfs_chan.slotq);
@@ -447,8 +450,7 @@ void pvfs_chan_daemon_gone(void)
 	pvfs_chan.hello_done = false;
 	pvfs_chan.hello_to_send = false;
 
-	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link)
-	{
+	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link) {
 		hash_del(&op->sent_link);
 		if (op->kind == PVFS_KIND_CALL && op->state == PVFS_OP_SENT) {
 			struct pvfsd_req_common *common = pvfs_op_req(op);
@@ -463,8 +465,7 @@ void pvfs_chan_daemon_gone(void)
 			list_add_tail(&op->queue_link, &to_put);
 		}
 	}
-	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link)
-	{
+	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link) {
 		if (op->kind == PVFS_KIND_CALL)
 			continue;
 		list_del(&op->queue_link);
@@ -473,8 +474,7 @@ void pvfs_chan_daemon_gone(void)
 	}
 	list_splice(&replay, &pvfs_chan.queue);
 
-	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link)
-	{
+	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link) {
 		sbi->attached = false;
 		mod_delayed_work(system_wq, &sbi->grace_work, (unsigned long)sbi->opts.timeo * HZ);
 	}
@@ -517,8 +517,7 @@ void pvfs_chan_daemon_hello(void)
 
 	mutex_lock(&pvfs_mounts_mutex);
 	/* the list cannot change: adding or removing takes the mutex */
-	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link)
-	{
+	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link) {
 		op = pvfs_make_attach(sbi, PVFS_KIND_ATTACH);
 		if (IS_ERR(op)) {
 			pr_warn("%s: no memory to re-attach; it fails at timeo\n", sbi->source);
@@ -581,8 +580,7 @@ void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 	spin_lock(&pvfs_chan.lock);
 	list_del(&sbi->mount_link);
 	sbi->registered = false;
-	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link)
-	{
+	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link) {
 		if (op->kind == PVFS_KIND_ATTACH && op->mount_id == sbi->mount_id) {
 			list_del(&op->queue_link);
 			op->state = PVFS_OP_DONE;

@@ -7,8 +7,9 @@
  * Two halves meet here:
  *  - the channel (dev.c, op.c): ops queued for the daemon, matched by tag,
  *    validated, the data slots, daemon death, replay and the grace time;
- *  - the VFS side (super.c, inode.c, namei.c, dir.c, file.c, aops.c,
- *    xattr.c): builds an op per request, runs it, uses its answer.
+ *  - the VFS side (super.c, inode.c, namei.c, dir.c, file.c with the
+ *    address-space operations, xattr.c): builds an op per request, runs
+ *    it, uses its answer.
  */
 #ifndef PVFS_KMOD_PVFS_H
 #define PVFS_KMOD_PVFS_H
@@ -145,8 +146,9 @@ void *pvfs_op_slot_addr(const struct pvfs_op *op);
 size_t pvfs_slot_size(void);
 
 /*
- * READs and WRITEs one reader (readahead) or one writeback pass keeps in
- * flight, so that pvfsd works on several slots of a stream at once.
+ * WRITEs one writeback pass keeps in flight, so that pvfsd works on several
+ * slots of a stream at once.  (Readahead does not wait for its READs: its
+ * window, below, bounds how many are in flight.)
  */
 #define PVFS_IO_DEPTH 8
 /*
@@ -211,6 +213,7 @@ static inline void pvfs_attr_stale(struct inode *inode)
 {
 	PVFS_I(inode)->attr_time = 0;
 }
+
 unsigned long pvfs_attr_timeout(struct inode *inode);
 int pvfs_getattr(PVFS_IDMAP_T *idmap, const struct path *path, struct kstat *stat, u32 request_mask,
 		 unsigned int query_flags);

@@ -1,4 +1,4 @@
-// libpvfs: the client library.  The tools use it now and pvfsd next.
+// libpvfs: the client library, used by the tools and by pvfsd.
 //
 // A Client talks to every server of one pvfs file system over BMI.  It
 // bootstraps from "tcp://host:port/fsname" and the cluster key (it asks

@@ -63,13 +63,13 @@ struct pvfsd_msg_hdr {
 	__u32 magic;   /* PVFSD_DEV_MAGIC; anything else is rejected */
 	__u16 version; /* PVFSD_DEV_VERSION of the sender */
 	__u16 op;      /* enum pvfsd_op; a downcall repeats its upcall's op */
-	__u64 tag;     /* chosen by the kernel, unique among pending upcalls
-			* and never reused within a boot; the downcall
-			* carries the same tag */
-	__u32 length;  /* bytes of the whole message, header included,
-			* at most PVFSD_DEV_MAX_MSG */
-	__s32 status;  /* downcall: 0 or a negative errno (-4095..-1);
-			* upcall: 0 */
+	/*
+	 * Chosen by the kernel, unique among pending upcalls and never reused
+	 * within a boot; the downcall carries the same tag.
+	 */
+	__u64 tag;
+	__u32 length; /* bytes of the whole message, header included, at most PVFSD_DEV_MAX_MSG */
+	__s32 status; /* downcall: 0 or a negative errno (-4095..-1); upcall: 0 */
 };
 
 enum pvfsd_op {
@@ -170,11 +170,18 @@ struct pvfsd_attr {
 /* ---- HELLO ---- */
 
 struct pvfsd_hello {
-	__u32 slot_size;    /* bytes per slot, a power of two, 64 KiB .. 16 MiB */
-	__u32 slot_count;   /* 1 .. 1024 */
-	__u32 max_inflight; /* upcalls the daemon can hold at once (>= 64) */
-	__u32 pad;	    /* 0 */
+	__u32 slot_size;  /* bytes per slot, a power of two, 64 KiB .. 16 MiB */
+	__u32 slot_count; /* 1 .. 1024 */
+	/*
+	 * Meant as the number of upcalls the daemon can hold at once, but
+	 * nothing uses it yet: the kernel only rejects 0 from the daemon,
+	 * sends 1024 in its own HELLO and limits nothing by it.  A later
+	 * change either limits the upcalls in flight by it or removes it.
+	 */
+	__u32 max_inflight;
+	__u32 pad; /* 0 */
 };
+
 /*
  * The kernel's HELLO upcall has the same body with the granted geometry;
  * the daemon then mmap()s slot_size * slot_count bytes at offset 0.
@@ -376,8 +383,7 @@ struct pvfsd_xattr_req {
 	struct pvfsd_req_common common;
 	__u64 handle;
 	__u32 name_len;	 /* 1 .. PVFSD_MAX_XATTR_NAME; 0 for LIST */
-	__u32 value_len; /* SET: bytes of value; GET/LIST: room the caller has
-			  * (0: only ask the size) */
+	__u32 value_len; /* SET: bytes of value; GET/LIST: room the caller has (0: size only) */
 	__u32 flags;	 /* SET: PVFSD_XATTR_* */
 	__u32 pad;	 /* 0 */
 };
