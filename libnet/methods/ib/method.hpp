@@ -1,0 +1,611 @@
+// The ib method's private parts, shared by its translation units (see
+// ib.cpp for the method as a whole):
+//   ib.cpp          the method object, devices, listening, peers, the life of ops
+//   connection.cpp  connections over rdma_cm and their queue pairs
+//   frames.cpp      frames over SEND under credit flow control: eager and
+//                   unexpected messages, control frames, the receive side
+//   rdma.cpp        rendezvous (the receiver READs) and one-sided transfers
+//   memory.cpp      registration: the registry and the per-device cache
+//   progress.cpp    work requests, completions, the progress loop, liveness
+// Not for other users: the method's only door is make_method() in ib.hpp.
+#ifndef PVFS_LIBNET_IB_METHOD_HPP
+#define PVFS_LIBNET_IB_METHOD_HPP
+
+#include "../../core/core.hpp"
+#include "../../core/net.hpp"
+#include "pvfs/gossip.hpp"
+#include "pvfs/unique_fd.hpp"
+#include "wire.hpp"
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace bmi::ib {
+
+namespace gossip = pvfs::gossip;
+using net::errno_text;
+
+// Receive buffers each side reserves for the other, per connection.
+inline constexpr std::uint16_t credits_per_conn = 16;
+// Credits a data frame (eager, unexpected, rts) must leave unused, so that
+// control frames (fin, nack, pong, ...) can always follow.
+inline constexpr std::uint32_t control_reserve = 2;
+// Work requests a queue pair's send queue holds (frames and READs).
+inline constexpr std::uint32_t sq_depth = 64;
+// RDMA READs in flight per connection, and the largest one.
+inline constexpr std::uint32_t max_reads = 16;
+inline constexpr std::size_t read_chunk = std::size_t{1} << 20U;
+inline constexpr std::uint32_t max_send_sge = 16;
+inline constexpr std::uint32_t wanted_inline = 128;
+// Early (not yet matched) eager messages buffered per peer; beyond this,
+// receive buffers are held and the sender runs out of credits.
+inline constexpr std::size_t early_peer_bytes = std::size_t{4} * 1024 * 1024;
+inline constexpr int resolve_timeout_ms = 5000;
+// Local ACK timeout exponent: 4.096 us * 2^17 = 0.54 s per try, 7 tries: a
+// peer that stops answering fails the connection within about 4 s.
+inline constexpr std::uint8_t ack_timeout = 17;
+inline constexpr std::uint8_t retry_count = 7;
+inline constexpr std::uint32_t pool_chunk = 64;         // buffers per registration
+inline constexpr std::uint32_t max_send_buffers = 4096; // per device
+inline constexpr std::uint32_t max_srq_buffers = 16384; // per device
+inline constexpr std::size_t bucket_count = 4096;
+inline constexpr std::uintptr_t page_size = 4096; // /proc/self/pagemap's unit on x86-64
+// Bounds of the registration cache per device (pinned memory).
+inline constexpr std::size_t cache_max_bytes = std::size_t{512} << 20U;
+inline constexpr std::size_t cache_max_entries = 256;
+// How long a closing Bmi waits for its posted sends to leave.
+inline constexpr std::chrono::milliseconds linger_time{1000};
+inline constexpr int max_wc = 32;
+
+inline int resolve(std::string_view hp, sockaddr_storage &sa)
+{
+    socklen_t len = 0;
+    return net::resolve(hp, sa, len);
+}
+
+// ------------------------------------------------------------------ RAII
+
+struct ChannelClose {
+    void operator()(rdma_event_channel *c) const noexcept { rdma_destroy_event_channel(c); }
+};
+struct IdDestroy {
+    void operator()(rdma_cm_id *id) const noexcept
+    {
+        if (id->qp != nullptr)
+            rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+    }
+};
+struct CqDestroy {
+    void operator()(ibv_cq *cq) const noexcept { ibv_destroy_cq(cq); }
+};
+struct CompClose {
+    void operator()(ibv_comp_channel *c) const noexcept { ibv_destroy_comp_channel(c); }
+};
+struct SrqDestroy {
+    void operator()(ibv_srq *s) const noexcept { ibv_destroy_srq(s); }
+};
+struct MrDereg {
+    void operator()(ibv_mr *mr) const noexcept { ibv_dereg_mr(mr); }
+};
+struct AlignedFree {
+    void operator()(std::byte *p) const noexcept { std::free(p); } // NOLINT: aligned_alloc's
+};
+
+using Channel = std::unique_ptr<rdma_event_channel, ChannelClose>;
+using CmId = std::unique_ptr<rdma_cm_id, IdDestroy>;
+using Mr = std::unique_ptr<ibv_mr, MrDereg>;
+
+inline constexpr int remote_access =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+
+// Registered buffers of one size, in registrations of pool_chunk buffers.
+class BufferPool {
+public:
+    void init(std::size_t buf_size) { buf_size_ = (buf_size + 63) / 64 * 64; }
+    [[nodiscard]] std::size_t buf_size() const noexcept { return buf_size_; }
+    [[nodiscard]] std::uint32_t count() const noexcept { return count_; }
+
+    bool grow(ibv_pd *pd)
+    {
+        const std::size_t bytes = buf_size_ * pool_chunk;
+        std::unique_ptr<std::byte, AlignedFree> mem(
+            static_cast<std::byte *>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
+        if (!mem)
+            return false;
+        const int access = IBV_ACCESS_LOCAL_WRITE; // an int: ibv_reg_mr is also a macro
+        Mr mr(ibv_reg_mr(pd, mem.get(), bytes, access));
+        if (!mr)
+            return false;
+        chunks_.push_back(Chunk{std::move(mem), std::move(mr)});
+        for (std::uint32_t k = 0; k < pool_chunk; ++k)
+            free_.push_back(count_ + pool_chunk - 1 - k);
+        count_ += pool_chunk;
+        return true;
+    }
+    bool take(ibv_pd *pd, std::uint32_t limit, std::uint32_t &out)
+    {
+        if (free_.empty() && (count_ >= limit || !grow(pd)))
+            return false;
+        out = free_.back();
+        free_.pop_back();
+        return true;
+    }
+    void give(std::uint32_t b) { free_.push_back(b); }
+    [[nodiscard]] std::byte *addr(std::uint32_t b) const
+    {
+        return chunks_[b / pool_chunk].mem.get() + (b % pool_chunk) * buf_size_;
+    }
+    [[nodiscard]] std::uint32_t lkey(std::uint32_t b) const
+    {
+        return chunks_[b / pool_chunk].mr->lkey;
+    }
+
+private:
+    struct Chunk {
+        std::unique_ptr<std::byte, AlignedFree> mem;
+        Mr mr;
+    };
+    std::size_t buf_size_ = 0;
+    std::vector<Chunk> chunks_;
+    std::vector<std::uint32_t> free_;
+    std::uint32_t count_ = 0;
+};
+
+// A cached registration of user memory, with the page frame of each page
+// when it was registered.
+struct CachedMr {
+    Mr mr;
+    std::uintptr_t start = 0;
+    std::size_t len = 0;
+    std::vector<std::uint64_t> frames;
+    std::uint64_t last_use = 0;
+};
+
+struct Device {
+    ibv_context *verbs = nullptr;
+    std::shared_ptr<ibv_pd> pd;
+    std::unique_ptr<ibv_comp_channel, CompClose> comp;
+    std::unique_ptr<ibv_cq, CqDestroy> cq;
+    std::unique_ptr<ibv_srq, SrqDestroy> srq;
+    BufferPool recv;
+    BufferPool send;
+    ibv_device_attr attr{};
+    int cq_size = 0;
+    int cq_used = 0; // completions that may be outstanding at once
+    bool armed = false;
+    unsigned unacked = 0;
+    std::uint32_t srq_target = 0; // receive buffers the SRQ should hold
+    std::uint32_t srq_posted = 0;
+    std::string name;
+    // Registrations of user buffers, by start (see IbMethod::cached_mr).
+    std::map<std::uintptr_t, std::shared_ptr<CachedMr>> cache;
+    std::size_t cache_bytes = 0;
+};
+
+// Memory registered for as long as its owner wants (memalloc,
+// register_memory), looked up by address so transfers from and into it need
+// no registration of their own.  Registered on every device the method has
+// open, including those it opens later.
+class Registry {
+public:
+    // Registers [start, start + len) on pds; returns its id, 0 if no device
+    // took it.
+    std::uint64_t add(std::uintptr_t start, std::size_t len,
+                      const std::vector<std::shared_ptr<ibv_pd>> &pds)
+    {
+        Region r;
+        r.start = start;
+        r.len = len;
+        for (const auto &pd : pds)
+            reg_on(r, pd);
+        const std::lock_guard lock(mu_);
+        const std::uint64_t id = ++next_id_;
+        regions_.emplace(std::pair{start, id}, std::move(r));
+        return id;
+    }
+    void remove(std::uintptr_t start, std::uint64_t id)
+    {
+        const std::lock_guard lock(mu_);
+        regions_.erase({start, id});
+    }
+    // A device opened: every region is registered on it too.
+    void add_device(const std::shared_ptr<ibv_pd> &pd)
+    {
+        const std::lock_guard lock(mu_);
+        for (auto &[key, r] : regions_)
+            reg_on(r, pd);
+    }
+    // The registration on pd covering [a, a + n), or nullptr.
+    ibv_mr *find(std::uintptr_t a, std::size_t n, const ibv_pd *pd)
+    {
+        const std::lock_guard lock(mu_);
+        for (auto it = regions_.upper_bound({a, ~std::uint64_t{0}}); it != regions_.begin();) {
+            --it;
+            const Region &r = it->second;
+            if (a + n > r.start + r.len)
+                continue; // an earlier region may still hold it
+            for (std::size_t k = 0; k < r.pds.size(); ++k) {
+                if (r.pds[k].get() == pd)
+                    return r.mrs[k].get();
+            }
+        }
+        return nullptr;
+    }
+
+private:
+    struct Region {
+        std::uintptr_t start = 0;
+        std::size_t len = 0;
+        std::vector<std::shared_ptr<ibv_pd>> pds; // declared first: outlives mrs
+        std::vector<Mr> mrs;
+    };
+    static void reg_on(Region &r, const std::shared_ptr<ibv_pd> &pd)
+    {
+        // NOLINTNEXTLINE(performance-no-int-to-ptr): the region's own address
+        Mr mr(ibv_reg_mr(pd.get(), reinterpret_cast<void *>(r.start), r.len, remote_access));
+        if (!mr) {
+            gossip::warning(gossip::Mask::ib, "cannot register {} bytes: {}", r.len,
+                            errno_text(errno));
+            return;
+        }
+        r.pds.push_back(pd);
+        r.mrs.push_back(std::move(mr));
+    }
+
+    std::mutex mu_; // Memory may be freed by another thread than the Bmi's
+    std::map<std::pair<std::uintptr_t, std::uint64_t>, Region> regions_;
+    std::uint64_t next_id_ = 0;
+};
+
+// A memalloc / register_memory registration: deregistered when dropped.
+struct RegionHandle {
+    std::shared_ptr<Registry> registry;
+    std::uintptr_t start = 0;
+    std::uint64_t id = 0;
+    RegionHandle() = default;
+    RegionHandle(const RegionHandle &) = delete;
+    RegionHandle &operator=(const RegionHandle &) = delete;
+    RegionHandle(RegionHandle &&) = delete;
+    RegionHandle &operator=(RegionHandle &&) = delete;
+    ~RegionHandle()
+    {
+        if (registry)
+            registry->remove(start, id);
+    }
+};
+
+// Op states inside this method (Op::mstate).
+enum : std::uint8_t {
+    st_none = 0,
+    st_recv_posted, // in the match buckets
+    st_recv_read,   // matched to an RTS: READs being posted / in flight
+    st_send_wait,   // waiting for the connection
+    st_send_queued, // eager / unexpected frame queued
+    st_send_rts,    // RTS queued or sent; waiting for FIN or NACK
+    st_rdma,        // get / put: READs or WRITEs being posted / in flight
+};
+
+// Per-op state that does not fit in Op.
+struct OpX {
+    std::vector<Mr> mrs;                           // registrations made for this op
+    std::vector<std::shared_ptr<CachedMr>> cached; // cache entries it uses
+    std::vector<std::uint32_t> keys;               // lkey (receive) / rkey (send) per buffer
+    std::vector<Segment> remote;                   // receive: the sender's segments
+    std::size_t size = 0;                          // receive: the message length
+    std::size_t posted = 0;                        // receive: bytes with a READ posted
+    std::uint32_t inflight = 0;                    // READs in flight into the op's memory
+    bool cancelling = false;
+    int cancel_error = 0;
+};
+
+enum class WrKind : std::uint8_t { free, recv, send, read };
+
+// A posted work request; wr_id is (gen << 32) | slot.
+struct Wr {
+    WrKind kind = WrKind::free;
+    std::uint32_t gen = 0;
+    Device *dev = nullptr;
+    std::uint32_t conn = no_index; // receive on an SRQ: set when it completes
+    std::uint32_t conn_gen = 0;
+    std::uint32_t buf = no_index; // pool buffer
+    std::uint32_t op = no_index;
+    OpId op_id = no_op;
+    std::uint32_t len = 0;
+};
+
+enum class ConnState : std::uint8_t {
+    closed,
+    resolving_addr,
+    resolving_route,
+    connecting,
+    accepting,
+    up
+};
+
+struct Frame {
+    Header h;
+    std::uint32_t op = no_index; // eager / unexpected: the payload is the op's
+    OpId op_id = no_op;
+    std::vector<std::byte> payload;
+};
+
+struct Conn {
+    CmId id;
+    Device *dev = nullptr;
+    std::uint32_t gen = 0;
+    ConnState state = ConnState::closed;
+    bool outgoing = false;
+    Addr peer = no_addr;
+    bool hello_seen = false;
+    std::uint32_t qp_num = 0;
+    std::uint32_t credits = 0; // frames we may still send
+    std::uint32_t owed = 0;    // buffers reposted for the peer, not yet reported
+    std::uint32_t remote_buf = 0;
+    std::uint32_t sq_free = 0;
+    std::uint32_t sq_size = 0;
+    std::uint32_t reads = 0;
+    std::uint32_t max_inline = 0;
+    std::uint32_t max_sge = 1;
+    std::uint32_t rd_depth = 1;
+    std::deque<Frame> ctl;
+    std::deque<Frame> data;
+    std::deque<std::uint32_t> readq; // receive ops with READs left to post
+    std::deque<std::uint32_t> held;  // received frames (WR slots) not consumed yet
+    bool pending = false;            // in the method's pending list
+};
+
+struct Early {
+    Msg type = Msg::eager;
+    Tag tag = 0;
+    std::vector<std::byte> data; // eager payload
+    std::uint64_t size = 0;
+    std::uint64_t cookie = 0; // rts
+    std::vector<Segment> segs;
+    std::uint32_t conn = no_index;
+    std::uint32_t conn_gen = 0;
+};
+
+struct Peer {
+    Addr addr = no_addr;
+    std::string hostport;
+    std::uint32_t tx_conn = no_index;
+    std::vector<std::uint32_t> conns;
+    OpList waiting{&Op::match};
+    OpList ops{&Op::peer_ops};
+    Clock::time_point heard;
+    Clock::time_point pinged;
+    std::deque<Early> early;
+    std::size_t early_bytes = 0;
+    std::uint64_t incarnation = 0;
+};
+
+// Device events (port down) arrive once per verbs context, and every Bmi
+// of a process shares librdmacm's contexts: whichever reads an event hands
+// it to the others here, waking each through an eventfd in its sleep.
+struct AsyncInbox {
+    std::mutex mu;
+    std::vector<std::pair<ibv_context *, ibv_event_type>> events;
+    pvfs::UniqueFd wake{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+};
+
+class AsyncHub {
+public:
+    static AsyncHub &get()
+    {
+        static AsyncHub hub;
+        return hub;
+    }
+    void subscribe(AsyncInbox *inbox)
+    {
+        const std::lock_guard lock(mu_);
+        inboxes_.push_back(inbox);
+    }
+    void unsubscribe(AsyncInbox *inbox)
+    {
+        const std::lock_guard lock(mu_);
+        std::erase(inboxes_, inbox);
+    }
+    void publish(const AsyncInbox *from, ibv_context *verbs, ibv_event_type type)
+    {
+        const std::lock_guard lock(mu_);
+        for (AsyncInbox *in : inboxes_) {
+            if (in == from)
+                continue;
+            {
+                const std::lock_guard l2(in->mu);
+                in->events.emplace_back(verbs, type);
+            }
+            // An eventfd write fails only when the count would overflow:
+            // the reader is woken already.
+            const std::uint64_t one = 1;
+            if (::write(in->wake.get(), &one, sizeof one) < 0) {
+            }
+        }
+    }
+
+private:
+    std::mutex mu_;
+    std::vector<AsyncInbox *> inboxes_;
+};
+
+class IbMethod final : public Method {
+public:
+    explicit IbMethod(Core &core)
+        : core_(core), incarnation_(net::new_incarnation()),
+          registry_(std::make_shared<Registry>()), buckets_(bucket_count, OpList{&Op::match})
+    {
+    }
+    ~IbMethod() override;
+    IbMethod(const IbMethod &) = delete;
+    IbMethod &operator=(const IbMethod &) = delete;
+    IbMethod(IbMethod &&) = delete;
+    IbMethod &operator=(IbMethod &&) = delete;
+
+    [[nodiscard]] std::string_view scheme() const override { return "ib"; }
+    std::string listen(std::string_view hostport) override;
+    int add_peer(Addr addr, std::string_view hostport) override;
+    bool post(std::uint32_t i) override;
+    void cancel(std::uint32_t i, int error, bool must_end) override;
+    void progress(int timeout_ms) override;
+    bool prepare_sleep() override;
+    bool poll_fast() override;
+    void drop_peer(Addr addr, int error) override;
+    Clock::time_point peer_alive(std::uint32_t i) override;
+    int watch_external(int /*fd*/) override { return -ENOTSUP; }
+    int unwatch_external(int /*fd*/) override { return -ENOTSUP; }
+    void unexpected_released(Addr addr) override;
+    std::shared_ptr<void> register_memory(void *data, std::size_t size) override;
+    int expose(Addr peer, std::span<const MutableBuffer> bufs, std::shared_ptr<void> &keep,
+               std::vector<std::byte> &descriptor) override;
+    int post_rdma(std::uint32_t i, std::span<const std::byte> descriptor, std::uint64_t offset,
+                  bool &done) override;
+    [[nodiscard]] std::uint64_t open_connections() const override;
+    [[nodiscard]] std::uint64_t direct_sends() const override { return 0; }
+    [[nodiscard]] std::uint64_t engine() const override { return 0; }
+    [[nodiscard]] std::uint64_t counter(Info key) const override
+    {
+        return key == Info::registrations       ? registrations_
+               : key == Info::registration_hits ? registration_hits_
+                                                : 0;
+    }
+
+private:
+    Op &op(std::uint32_t i) { return core_.ops[i]; }
+    OpX &opx(std::uint32_t i)
+    {
+        if (i >= opx_.size())
+            opx_.resize(core_.ops.size());
+        return opx_[i];
+    }
+    Peer &peer_of(Addr addr);
+    Peer *peer_ptr(Addr addr);
+
+    // setup
+    int open_channel();
+    Device *device_for(ibv_context *verbs, int &error);
+    int bind_listener(const sockaddr_storage &addr, CmId &out);
+    void on_device_event(Device &d, ibv_event_type type);
+    void drain_device_events();
+    int create_qp(std::uint32_t c);
+    void add_fd(int fd);
+
+    // connections
+    std::uint32_t new_conn(CmId id);
+    int connect_peer(Peer &p);
+    void close_conn(std::uint32_t c, int error, std::string_view why);
+    void handle_cm_events();
+    void on_cm_event(std::uint32_t c, rdma_cm_event_type type, int status,
+                     std::span<const std::byte> pdata);
+    void on_connect_request(rdma_cm_id *id, std::span<const std::byte> pdata,
+                            std::uint8_t initiator, std::uint8_t responder);
+    void on_up(std::uint32_t c);
+    [[nodiscard]] static bool ready_to_send(const Conn &k)
+    {
+        return k.state == ConnState::up && (k.outgoing || k.hello_seen);
+    }
+
+    // work requests
+    std::uint32_t new_wr(WrKind kind, Device *dev);
+    void free_wr(std::uint32_t w);
+    bool post_recv_buffer(Device &d, std::uint32_t c);
+    void recycle_recv(std::uint32_t w);
+    void refill_srq(Device &d);
+    void poll_cq(Device &d);
+    void on_wc(const ibv_wc &wc);
+    void on_recv(std::uint32_t w, const ibv_wc &wc);
+
+    // sending
+    void queue_ctl(std::uint32_t c, const Header &h);
+    void queue_ctl(Peer &p, const Header &h);
+    void mark_pending(std::uint32_t c);
+    bool flush(std::uint32_t c); // false: the connection died
+    bool post_frame(std::uint32_t c, Frame &f);
+    void pump_reads(std::uint32_t c);
+    bool post_read(std::uint32_t c, std::uint32_t i);
+    bool start_send(std::uint32_t i, Peer &p);
+    void start_rdma(std::uint32_t i, Peer &p);
+    int register_op(std::uint32_t i, Device &d, int access);
+    std::shared_ptr<CachedMr> cached_mr(Device &d, std::uintptr_t a, std::size_t n, int &error);
+    bool read_frames(std::uintptr_t start, std::size_t pages, std::vector<std::uint64_t> &out);
+    bool frames_visible();
+
+    // receiving
+    enum class Verdict : std::uint8_t { consumed, hold, closed };
+    Verdict deliver(std::uint32_t c, std::uint32_t w);
+    Verdict on_hello(std::uint32_t c, std::span<const std::byte> payload);
+    void match_rts(std::uint32_t i, std::uint32_t c, std::uint64_t cookie, std::uint64_t size,
+                   std::vector<Segment> segs);
+    void on_cancel(std::uint32_t c, Peer &p, std::uint64_t cookie);
+    bool match_recv(Peer &p, Tag tag, std::uint32_t &out);
+    void resume_held(Peer &p);
+    void copy_into_op(std::uint32_t i, const std::byte *src, std::size_t n);
+    void read_done(std::uint32_t w);
+
+    void finish(std::uint32_t i, int error, std::size_t actual);
+    void linger();
+    void unlink(std::uint32_t i);
+    void fail_peer_ops(Peer &p, int error);
+    void ping(Peer &p, Clock::time_point now);
+    void ping_waiting_peers();
+
+    static std::size_t bucket_of(Addr a, Tag t)
+    {
+        const std::uint64_t k = (a * 0x9e3779b97f4a7c15ULL) ^ static_cast<std::uint32_t>(t);
+        return (k ^ (k >> 29U)) & (bucket_count - 1);
+    }
+
+    Core &core_;
+    const std::uint64_t incarnation_;
+    std::shared_ptr<Registry> registry_;
+    AsyncInbox inbox_;
+    // Declaration order is destruction order reversed: connections (their
+    // queue pairs) go before the devices, ids before the channel.
+    Channel channel_;
+    std::vector<std::unique_ptr<Device>> devices_;
+    std::vector<int> fds_; // watched through the sleeping method
+    std::vector<CmId> listeners_;
+    std::string my_url_;
+    std::vector<std::unique_ptr<Conn>> conns_;
+    std::vector<std::uint32_t> free_conns_;
+    std::uint32_t conn_generation_ = 0;
+    std::unordered_map<std::uint32_t, std::uint32_t> conn_by_qp_;
+    std::vector<std::unique_ptr<Peer>> peers_;
+    std::vector<OpList> buckets_;
+    std::vector<OpX> opx_;
+    std::vector<Wr> wrs_;
+    std::vector<std::uint32_t> free_wrs_;
+    std::vector<std::uint32_t> pending_; // connections with frames or READs to post
+    std::vector<std::uint32_t> scratch_;
+    Clock::time_point last_ping_round_;
+    pvfs::UniqueFd pagemap_;
+    bool frames_checked_ = false;
+    std::vector<std::uint64_t> frames_;
+    std::uint64_t use_clock_ = 0;
+    std::uint64_t completions_ = 0; // work completions polled, ever
+    std::uint64_t registrations_ = 0;
+    std::uint64_t registration_hits_ = 0;
+};
+
+} // namespace bmi::ib
+
+#endif // PVFS_LIBNET_IB_METHOD_HPP
