@@ -6,6 +6,7 @@ collect every problem found and print them all at the end, each line
 prefixed with the checker's name.
 """
 
+import csv
 import datetime
 import json
 import math
@@ -27,6 +28,16 @@ def check_files(out, names):
         path = out / name
         if not path.is_file() or path.stat().st_size == 0:
             problem(f"{name} missing or empty")
+
+
+def read_data(out):
+    """data.csv's rows as dicts, or None (a problem) when it cannot be read."""
+    try:
+        with open(out / "data.csv", newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        problem(f"data.csv: {e}")
+        return None
 
 
 def check_summary_head(out, bench, expected):

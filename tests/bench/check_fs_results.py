@@ -13,12 +13,11 @@ summary.md.  Prints every problem found and exits 1 if there is any.
 """
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
 from check_common import (check_files, check_summary_head, known_targets, positive, problem,
-                          report)
+                          read_data, report)
 
 REPS = 3
 CLIENTS = (1, 2, 4)
@@ -76,11 +75,8 @@ def check_summary(out):
 
 
 def check_data(out):
-    try:
-        with open(out / "data.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        problem(f"data.csv: {e}")
+    rows = read_data(out)
+    if rows is None:
         return
     expect = {}  # (phase, what, target, op, clients, stripes) -> reps
     for op in ("write", "read"):

@@ -13,13 +13,12 @@ Prints every problem found and exits 1 if there is any.
 """
 
 import argparse
-import csv
 import re
 import sys
 from pathlib import Path
 
 from check_common import (check_files, check_summary_head, known_targets, positive, problem,
-                          report)
+                          read_data, report)
 
 BW_SIZES = (100, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
 LAT_LABELS = ("4B", "64B", "1KiB", "4KiB", "16KiB", "64KiB")
@@ -96,11 +95,8 @@ def check_summary(out, ran, bmi):
 
 def check_data(out, ran, quick):
     clients = (2, 8) if quick else (2, 4, 8, 16, 32, 64)
-    try:
-        with open(out / "data.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        problem(f"data.csv: {e}")
+    rows = read_data(out)
+    if rows is None:
         return
     for driver in ran:
         mine = [r for r in rows if r["driver"] == driver]
