@@ -13,12 +13,11 @@ summary.md.  Prints every problem found and exits 1 if there is any.
 """
 
 import argparse
-import csv
-import datetime
-import json
-import math
 import sys
 from pathlib import Path
+
+from check_common import (check_files, check_summary_head, known_targets, positive, problem,
+                          read_data, report)
 
 REPS = 3
 CLIENTS = (1, 2, 4)
@@ -27,17 +26,6 @@ MD_CLIENTS = (1, 4)
 FILES = ("data.csv", "summary.md", "summary.json", "invocations.csv", "cpu.csv", "bench.png",
          "mdtest.png")
 PROFILES = ("bench-C4-S4-write.txt", "mdtest-C1-create.txt")
-
-problems = []
-
-
-def problem(message):
-    problems.append(message)
-
-
-def positive(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
 
 def expected_targets():
     """name -> (compare, goal text, bound)"""
@@ -56,46 +44,13 @@ def expected_targets():
 
 
 def check_summary(out):
-    try:
-        summary = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError) as e:
-        problem(f"summary.json does not parse: {e}")
-        return None
-    if not isinstance(summary, dict):
-        problem("summary.json is not an object")
-        return None
-    if summary.get("bench") != "fs":
-        problem(f"bench is {summary.get('bench')!r}, not 'fs'")
-    if not isinstance(summary.get("quick"), bool):
-        problem("quick is not a boolean")
-    machine = summary.get("machine")
-    if not (isinstance(machine, str) and "CPUs" in machine and "Linux" in machine):
-        problem(f"machine is {machine!r}")
-    try:
-        datetime.datetime.fromisoformat(summary.get("date", ""))
-    except (TypeError, ValueError):
-        problem(f"date is not ISO 8601: {summary.get('date')!r}")
-    targets = summary.get("targets")
-    if not isinstance(targets, list):
-        problem("targets is not a list")
-        return summary
     expected = expected_targets()
-    names = [t.get("name") for t in targets if isinstance(t, dict)]
-    if len(names) != len(targets) or len(set(names)) != len(names):
-        problem("targets are not objects with distinct names")
-    if set(names) != set(expected):
-        problem(f"target names differ: missing {sorted(set(expected) - set(names))}, "
-                f"unexpected {sorted(set(names) - set(expected))}")
-    for t in targets:
-        if not isinstance(t, dict) or t.get("name") not in expected:
-            continue
-        name = t["name"]
+    summary, targets = check_summary_head(out, "fs", expected)
+    if targets is None:
+        return summary
+    for name, t in known_targets(
+            targets, expected, ("value", "baseline", "unit", "ratio", "target", "compare", "met")):
         compare, goal, bound = expected[name]
-        for key in ("value", "baseline", "unit", "ratio", "target", "compare", "met"):
-            if key not in t:
-                problem(f"{name}: no {key}")
-        if t.get("target") != goal:
-            problem(f"{name}: target {t.get('target')!r}, expected {goal!r}")
         if t.get("compare") != compare:
             problem(f"{name}: compare {t.get('compare')!r}, expected {compare!r}")
         if not isinstance(t.get("unit"), str) or not t.get("unit"):
@@ -120,11 +75,8 @@ def check_summary(out):
 
 
 def check_data(out):
-    try:
-        with open(out / "data.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        problem(f"data.csv: {e}")
+    rows = read_data(out)
+    if rows is None:
         return
     expect = {}  # (phase, what, target, op, clients, stripes) -> reps
     for op in ("write", "read"):
@@ -168,10 +120,7 @@ def main():
     ap.add_argument("out", type=Path)
     ap.add_argument("--profiles", action="store_true", help="the perf profiles must be there")
     args = ap.parse_args()
-    for name in FILES + tuple(f"profiles/{p}" for p in PROFILES if args.profiles):
-        path = args.out / name
-        if not path.is_file() or path.stat().st_size == 0:
-            problem(f"{name} missing or empty")
+    check_files(args.out, FILES + tuple(f"profiles/{p}" for p in PROFILES if args.profiles))
     check_summary(args.out)
     check_data(args.out)
     try:
@@ -186,9 +135,7 @@ def main():
                 problem(f"summary.md does not link profiles/{p}")
     except OSError:
         pass
-    for p in problems:
-        print(f"check_fs_results: {p}")
-    return 1 if problems else 0
+    return report("check_fs_results")
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ Prints every problem found and exits 1 if there is any.
 """
 
 import argparse
-import csv
-import datetime
-import json
-import math
 import re
 import sys
 from pathlib import Path
+
+from check_common import (check_files, check_summary_head, known_targets, positive, problem,
+                          read_data, report)
 
 BW_SIZES = (100, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
 LAT_LABELS = ("4B", "64B", "1KiB", "4KiB", "16KiB", "64KiB")
@@ -29,17 +28,6 @@ REPS = 3
 ENGINES = ("bmi-epoll", "bmi-uring")
 FILES = ("data.csv", "summary.md", "summary.json", "bandwidth.png", "latency.png",
          "many-to-one.png", "cpu.png")
-
-problems = []
-
-
-def problem(message):
-    problems.append(message)
-
-
-def positive(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
 
 def expected_targets():
     """name -> (baseline driver, goal)"""
@@ -57,47 +45,14 @@ def expected_targets():
 
 
 def check_summary(out, ran, bmi):
-    try:
-        summary = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError) as e:
-        problem(f"summary.json does not parse: {e}")
-        return None
-    if not isinstance(summary, dict):
-        problem("summary.json is not an object")
-        return None
-    if summary.get("bench") != "net":
-        problem(f"bench is {summary.get('bench')!r}, not 'net'")
-    if not isinstance(summary.get("quick"), bool):
-        problem("quick is not a boolean")
-    machine = summary.get("machine")
-    if not (isinstance(machine, str) and "CPUs" in machine and "Linux" in machine):
-        problem(f"machine is {machine!r}")
-    try:
-        datetime.datetime.fromisoformat(summary.get("date", ""))
-    except (TypeError, ValueError):
-        problem(f"date is not ISO 8601: {summary.get('date')!r}")
-    targets = summary.get("targets")
-    if not isinstance(targets, list):
-        problem("targets is not a list")
-        return summary
     expected = expected_targets()
-    names = [t.get("name") for t in targets if isinstance(t, dict)]
-    if len(names) != len(targets) or len(set(names)) != len(names):
-        problem("targets are not objects with distinct names")
-    if set(names) != set(expected):
-        problem(f"target names differ: missing {sorted(set(expected) - set(names))}, "
-                f"unexpected {sorted(set(names) - set(expected))}")
-    for t in targets:
-        if not isinstance(t, dict) or t.get("name") not in expected:
-            continue
-        name = t["name"]
+    summary, targets = check_summary_head(out, "net", expected)
+    if targets is None:
+        return summary
+    for name, t in known_targets(targets, expected,
+                                 ("value", "baseline", "unit", "ratio", "target", "met")):
         base_driver, goal = expected[name]
         engine = name.split()[0]
-        for key in ("value", "baseline", "unit", "ratio", "target", "met"):
-            if key not in t:
-                problem(f"{name}: no {key}")
-        if t.get("target") != goal:
-            problem(f"{name}: target {t.get('target')!r}, expected {goal!r}")
         if not isinstance(t.get("met"), bool):
             problem(f"{name}: met is not a boolean")
         if not isinstance(t.get("unit"), str) or not t.get("unit"):
@@ -140,11 +95,8 @@ def check_summary(out, ran, bmi):
 
 def check_data(out, ran, quick):
     clients = (2, 8) if quick else (2, 4, 8, 16, 32, 64)
-    try:
-        with open(out / "data.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        problem(f"data.csv: {e}")
+    rows = read_data(out)
+    if rows is None:
         return
     for driver in ran:
         mine = [r for r in rows if r["driver"] == driver]
@@ -181,10 +133,7 @@ def main():
     args = ap.parse_args()
     ran = [d for d in args.ran.split(",") if d]
     bmi = dict(x.split("=", 1) for x in args.bmi)
-    for name in FILES:
-        path = args.out / name
-        if not path.is_file() or path.stat().st_size == 0:
-            problem(f"{name} missing or empty")
+    check_files(args.out, FILES)
     summary = check_summary(args.out, ran, bmi)
     check_data(args.out, ran, bool(summary and summary.get("quick")))
     try:
@@ -196,9 +145,7 @@ def main():
             problem("summary.md has no Targets section")
     except OSError:
         pass
-    for p in problems:
-        print(f"check_results: {p}")
-    return 1 if problems else 0
+    return report("check_results")
 
 
 if __name__ == "__main__":

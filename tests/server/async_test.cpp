@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <filesystem>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,54 +19,27 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace pvfs;
 using namespace std::chrono_literals;
-using pvfs::test::ServerProcess;
+using pvfs::test::require;
+using pvfs::test::require_rc;
 using Clock = std::chrono::steady_clock;
 
-void require(bool ok, const std::string &why)
-{
-    if (!ok)
-        ATF_FAIL(why);
-}
-
-void require_rc(std::int64_t rc, std::int64_t want, const std::string &what)
-{
-    if (rc != want)
-        ATF_FAIL(what + ": got " + std::to_string(rc) + " (" +
-                 (rc < 0 ? client::error_text(rc) : std::string("bytes")) + "), expected " +
-                 std::to_string(want));
-}
-
-struct Cluster {
+struct Cluster : test::Cluster {
     explicit Cluster(const std::string &timeout = "20s")
-        : files(test::write_cluster(
-              fs::current_path() / "cluster",
-              {{"meta0", true, false}, {"data0", false, true}, {"data1", false, true}},
-              "stripe_size = \"64KiB\"\nrequest_timeout = \"" + timeout + "\"\n"))
+        : test::Cluster(test::servers(1, 2),
+                        "stripe_size = \"64KiB\"\nrequest_timeout = \"" + timeout + "\"\n")
     {
-        for (const char *name : {"meta0", "data0", "data1"})
-            servers[name] = std::make_unique<ServerProcess>(PVFS_SERVER_BINARY, files, name);
     }
 
     [[nodiscard]] std::unique_ptr<client::Client>
     connect(const std::shared_ptr<client::Loop> &loop) const
     {
-        client::Options o;
-        o.target = files.config_path;
-        o.use_process_credentials = false;
-        o.attr_timeout = 0ms;
+        client::Options o = test::fresh_attrs();
         o.check_data_access = false;
         o.loop = loop;
-        std::string error;
-        auto c = client::Client::connect(o, error);
-        require(c != nullptr, "connect: " + error);
-        return c;
+        return test::Cluster::connect(o);
     }
-
-    test::ClusterFiles files;
-    std::map<std::string, std::unique_ptr<ServerProcess>> servers;
 };
 
 std::shared_ptr<client::Loop> make_loop()

@@ -9,8 +9,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <filesystem>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -23,10 +21,10 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace pvfs;
 using namespace std::chrono_literals;
-using pvfs::test::ServerProcess;
+using pvfs::test::require;
+using pvfs::test::require_rc;
 using Clock = std::chrono::steady_clock;
 
 // Long enough that the "still cached" checks run well inside it even in
@@ -34,29 +32,10 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds cache_timeout{4000};
 constexpr std::chrono::milliseconds margin{700};
 
-void require(bool ok, const std::string &why)
-{
-    if (!ok)
-        ATF_FAIL(why);
-}
-
-void require_rc(std::int64_t rc, std::int64_t want, const std::string &what)
-{
-    if (rc != want)
-        ATF_FAIL(what + ": got " + std::to_string(rc) + " (" +
-                 (rc < 0 ? client::error_text(rc) : std::string("bytes")) + "), expected " +
-                 std::to_string(want));
-}
-
-struct Cluster {
+struct Cluster : test::Cluster {
     Cluster()
-        : files(test::write_cluster(
-              fs::current_path() / "cluster",
-              {{"meta0", true, false}, {"data0", false, true}, {"data1", false, true}},
-              "stripe_size = \"64KiB\"\nrequest_timeout = \"10s\"\n"))
+        : test::Cluster(test::servers(1, 2), "stripe_size = \"64KiB\"\nrequest_timeout = \"10s\"\n")
     {
-        for (const char *name : {"meta0", "data0", "data1"})
-            servers[name] = std::make_unique<ServerProcess>(PVFS_SERVER_BINARY, files, name);
     }
 
     [[nodiscard]] std::unique_ptr<client::Client>
@@ -64,18 +43,10 @@ struct Cluster {
             std::optional<std::chrono::milliseconds> layout_timeout = std::nullopt) const
     {
         client::Options o;
-        o.target = files.config_path;
-        o.use_process_credentials = false;
         o.attr_timeout = timeout;
         o.layout_timeout = layout_timeout.value_or(timeout);
-        std::string error;
-        auto c = client::Client::connect(o, error);
-        require(c != nullptr, "connect: " + error);
-        return c;
+        return test::Cluster::connect(o);
     }
-
-    test::ClusterFiles files;
-    std::map<std::string, std::unique_ptr<ServerProcess>> servers;
 };
 
 // Fails when a "still cached" check would run after the entry may have

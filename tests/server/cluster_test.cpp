@@ -15,8 +15,6 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -29,62 +27,20 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace pvfs;
-using pvfs::test::ServerProcess;
+using pvfs::test::require;
+using pvfs::test::require_rc;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t stripe = std::uint64_t{64} * 1024U;
 
-void require(bool ok, const std::string &why)
-{
-    if (!ok)
-        ATF_FAIL(why);
-}
-
-void require_rc(std::int64_t rc, std::int64_t want, const std::string &what)
-{
-    if (rc != want)
-        ATF_FAIL(what + ": got " + std::to_string(rc) + " (" +
-                 (rc < 0 ? client::error_text(rc) : std::string("bytes")) + "), expected " +
-                 std::to_string(want));
-}
-
-struct Cluster {
+// One metadata and three data servers, 64 KiB stripes and bulk chunks;
+// `extra` is more of the config's [defaults].
+struct Cluster : test::Cluster {
     explicit Cluster(const std::string &extra = "")
-        : files(test::write_cluster(fs::current_path() / "cluster",
-                                    {{"meta0", true, false},
-                                     {"data0", false, true},
-                                     {"data1", false, true},
-                                     {"data2", false, true}},
-                                    "stripe_size = \"64KiB\"\nbulk_chunk = \"64KiB\"\n" + extra))
+        : test::Cluster(test::servers(1, 3),
+                        "stripe_size = \"64KiB\"\nbulk_chunk = \"64KiB\"\n" + extra)
     {
-        for (const char *name : {"meta0", "data0", "data1", "data2"})
-            start(name);
     }
-
-    void start(const std::string &name)
-    {
-        servers.erase(name);
-        servers.emplace(name, std::make_unique<ServerProcess>(PVFS_SERVER_BINARY, files, name));
-    }
-
-    [[nodiscard]] std::unique_ptr<client::Client>
-    connect(std::uint32_t uid = 0, std::uint32_t gid = 0,
-            std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) const
-    {
-        client::Options o;
-        o.target = files.config_path;
-        o.use_process_credentials = false;
-        o.credentials.uid = uid;
-        o.credentials.gid = gid;
-        o.request_timeout = timeout;
-        std::string error;
-        auto c = client::Client::connect(o, error);
-        require(c != nullptr, "connect: " + error);
-        return c;
-    }
-
-    test::ClusterFiles files;
-    std::map<std::string, std::unique_ptr<ServerProcess>> servers;
 };
 
 Attr make_file(client::Client &c, const std::string &name, const Layout &layout = {})

@@ -18,6 +18,7 @@ namespace fs = std::filesystem;
 using namespace pvfs;
 using pvfs::test::Call;
 using pvfs::test::RawClient;
+using pvfs::test::require;
 using pvfs::test::ServerProcess;
 
 // One metadata server in the config (never started here) and one data
@@ -31,12 +32,6 @@ struct DataCluster {
 };
 
 constexpr std::uint32_t chunk = 64U * 1024U;
-
-void require(bool ok, const std::string &why)
-{
-    if (!ok)
-        ATF_FAIL(why);
-}
 
 void require_ok(const Call &c, const std::string &what)
 {

@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -32,60 +31,20 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace pvfs;
-using pvfs::test::ServerProcess;
+using pvfs::test::require;
+using pvfs::test::require_rc;
 
-// Kyua wants a one-line reason; tool output has many.
-void require(bool ok, std::string why)
-{
-    std::replace(why.begin(), why.end(), '\n', ' ');
-    if (!ok)
-        ATF_FAIL(why);
-}
-
-void require_rc(std::int64_t rc, std::int64_t want, const std::string &what)
-{
-    if (rc != want)
-        ATF_FAIL(what + ": got " + std::to_string(rc) + " (" +
-                 (rc < 0 ? client::error_text(rc) : std::string("bytes")) + "), expected " +
-                 std::to_string(want));
-}
-
-struct Cluster {
+struct Cluster : test::Cluster {
     Cluster()
-        : files(test::write_cluster(
-              fs::current_path() / "cluster",
-              {{"meta0", true, false}, {"data0", false, true}, {"data1", false, true}},
-              "stripe_size = \"64KiB\"\nrequest_timeout = \"10s\"\n"))
+        : test::Cluster(test::servers(1, 2), "stripe_size = \"64KiB\"\nrequest_timeout = \"10s\"\n",
+                        test::fresh_attrs())
     {
-        for (const char *name : {"meta0", "data0", "data1"})
-            start(name);
-    }
-
-    void start(const std::string &name)
-    {
-        servers.erase(name);
-        servers.emplace(name, std::make_unique<ServerProcess>(PVFS_SERVER_BINARY, files, name));
-    }
-
-    [[nodiscard]] std::unique_ptr<client::Client> connect() const
-    {
-        client::Options o;
-        o.target = files.config_path;
-        o.use_process_credentials = false;
-        o.attr_timeout = std::chrono::milliseconds(0);
-        std::string error;
-        auto c = client::Client::connect(o, error);
-        require(c != nullptr, "connect: " + error);
-        return c;
     }
 
     [[nodiscard]] std::string meta_store_path() const
     {
         return (files.dir / "meta0" / "meta").string();
     }
-
-    test::ClusterFiles files;
-    std::map<std::string, std::unique_ptr<ServerProcess>> servers;
 };
 
 struct EnvCloser {

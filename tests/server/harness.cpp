@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atf-c++.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -39,6 +41,21 @@ std::string errno_string(int error)
 }
 
 } // namespace
+
+void require(bool ok, std::string why)
+{
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    if (!ok)
+        ATF_FAIL(why);
+}
+
+void require_rc(std::int64_t rc, std::int64_t want, const std::string &what)
+{
+    if (rc != want)
+        ATF_FAIL(what + ": got " + std::to_string(rc) + " (" +
+                 (rc < 0 ? client::error_text(rc) : std::string("bytes")) + "), expected " +
+                 std::to_string(want));
+}
 
 std::uint16_t free_port()
 {
@@ -197,6 +214,79 @@ std::string ServerProcess::log_text() const
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();
+}
+
+std::vector<ServerSpec> servers(unsigned metadata, unsigned data)
+{
+    std::vector<ServerSpec> specs;
+    for (unsigned i = 0; i < metadata; ++i)
+        specs.push_back({"meta" + std::to_string(i), true, false});
+    for (unsigned i = 0; i < data; ++i)
+        specs.push_back({"data" + std::to_string(i), false, true});
+    return specs;
+}
+
+client::Options fresh_attrs()
+{
+    client::Options o;
+    o.attr_timeout = std::chrono::milliseconds(0);
+    return o;
+}
+
+Cluster::Cluster(std::vector<ServerSpec> specs, const std::string &extra_defaults,
+                 client::Options client)
+    : files(write_cluster(fs::current_path() / "cluster", specs, extra_defaults)),
+      specs_(std::move(specs)), client_(std::move(client))
+{
+    start_all();
+}
+
+Cluster::Cluster(std::vector<ServerSpec> specs, const std::vector<std::string> &addresses,
+                 const std::string &extra_defaults, std::vector<std::vector<std::string>> wrappers,
+                 client::Options client)
+    : files(write_cluster(fs::current_path() / "cluster", specs, addresses, extra_defaults)),
+      specs_(std::move(specs)), wrappers_(std::move(wrappers)), client_(std::move(client))
+{
+    if (!wrappers_.empty() && wrappers_.size() != specs_.size())
+        throw std::invalid_argument("Cluster: one wrapper per server");
+    start_all();
+}
+
+void Cluster::start(const std::string &name)
+{
+    const auto spec = std::find_if(specs_.begin(), specs_.end(),
+                                   [&](const ServerSpec &s) { return s.name == name; });
+    if (spec == specs_.end())
+        throw std::invalid_argument("Cluster: no server " + name);
+    const auto i = static_cast<std::size_t>(spec - specs_.begin());
+    servers.erase(name);
+    servers.emplace(name, std::make_unique<ServerProcess>(
+                              PVFS_SERVER_BINARY, files, name,
+                              wrappers_.empty() ? std::vector<std::string>{} : wrappers_[i]));
+}
+
+void Cluster::start_all()
+{
+    for (const ServerSpec &s : specs_)
+        start(s.name);
+}
+
+std::unique_ptr<client::Client> Cluster::connect(std::uint32_t uid, std::uint32_t gid) const
+{
+    client::Options o = client_;
+    o.credentials.uid = uid;
+    o.credentials.gid = gid;
+    return connect(std::move(o));
+}
+
+std::unique_ptr<client::Client> Cluster::connect(client::Options o) const
+{
+    o.target = files.config_path;
+    o.use_process_credentials = false;
+    std::string error;
+    auto c = client::Client::connect(o, error);
+    require(c != nullptr, "connect: " + error);
+    return c;
 }
 
 std::vector<std::byte> pattern(std::size_t n, unsigned seed)

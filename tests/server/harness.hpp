@@ -1,14 +1,16 @@
 // Helpers for tests that run real pvfs-server processes on loopback: a
 // cluster config with fresh ports and key in the test's work directory, the
-// server processes (stopped and reaped whatever the test does), and a raw
-// protocol client (BMI + lib/proto, no client library) that can also send
-// what a correct client never would.
+// server processes (stopped and reaped whatever the test does), a cluster
+// of them with libpvfs clients, and a raw protocol client (BMI + lib/proto,
+// no client library) that can also send what a correct client never would.
 #ifndef PVFS_TESTS_SERVER_HARNESS_HPP
 #define PVFS_TESTS_SERVER_HARNESS_HPP
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,10 +19,17 @@
 #include <sys/types.h>
 
 #include "bmi/bmi.hpp"
+#include "pvfs/client.hpp"
 #include "pvfs/config.hpp"
 #include "pvfs/proto.hpp"
 
 namespace pvfs::test {
+
+// Fails the test case with `why` as its reason.  Kyua takes a one-line
+// reason and a tool's output has many: newlines become spaces.
+void require(bool ok, std::string why);
+// Fails unless a client call returned `want` (0, a byte count or -errno).
+void require_rc(std::int64_t rc, std::int64_t want, const std::string &what);
 
 // A loopback TCP port that was free a moment ago.
 std::uint16_t free_port();
@@ -72,6 +81,48 @@ public:
 private:
     pid_t pid_ = -1;
     std::string log_;
+};
+
+// `metadata` metadata servers meta0, meta1, ... then `data` data servers
+// data0, data1, ...
+std::vector<ServerSpec> servers(unsigned metadata, unsigned data);
+
+// Client options with attr_timeout 0: every call sees the servers' current
+// attributes and names, none cached.
+client::Options fresh_attrs();
+
+// A config under ./cluster and every server of it running (this build's
+// pvfs-server), each stopped when the Cluster goes.  `client` is what
+// connect() starts from (caches, timeouts, loop).
+class Cluster {
+public:
+    Cluster(std::vector<ServerSpec> specs, const std::string &extra_defaults,
+            client::Options client = {});
+    // Servers off loopback: addresses[i] for specs[i] (write_cluster), each
+    // run through wrappers[i] (ServerProcess).
+    Cluster(std::vector<ServerSpec> specs, const std::vector<std::string> &addresses,
+            const std::string &extra_defaults, std::vector<std::vector<std::string>> wrappers,
+            client::Options client = {});
+
+    // (Re)starts one server: its old process, if any, is stopped first.
+    void start(const std::string &name);
+    // Starts every server of the config, in its order.
+    void start_all();
+    // A client with the cluster's options, acting as uid:gid whatever this
+    // process is.
+    [[nodiscard]] std::unique_ptr<client::Client> connect(std::uint32_t uid = 0,
+                                                          std::uint32_t gid = 0) const;
+    // A client with options `o` but this cluster as its target, acting as
+    // o.credentials.
+    [[nodiscard]] std::unique_ptr<client::Client> connect(client::Options o) const;
+
+    ClusterFiles files;
+    std::map<std::string, std::unique_ptr<ServerProcess>> servers;
+
+private:
+    std::vector<ServerSpec> specs_;
+    std::vector<std::vector<std::string>> wrappers_; // empty, or one per spec
+    client::Options client_;
 };
 
 // Bytes with a recognisable pattern.

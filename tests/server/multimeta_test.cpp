@@ -9,10 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <map>
-#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,53 +19,15 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace pvfs;
-using pvfs::test::ServerProcess;
+using pvfs::test::require;
+using pvfs::test::require_rc;
 
-void require(bool ok, const std::string &why)
-{
-    if (!ok)
-        ATF_FAIL(why);
-}
-
-void require_rc(std::int64_t rc, std::int64_t want, const std::string &what)
-{
-    if (rc != want)
-        ATF_FAIL(what + ": got " + std::to_string(rc) + " (" +
-                 (rc < 0 ? client::error_text(rc) : std::string("bytes")) + "), expected " +
-                 std::to_string(want));
-}
-
-struct Cluster {
+struct Cluster : test::Cluster {
     Cluster()
-        : files(test::write_cluster(fs::current_path() / "cluster",
-                                    {{"meta0", true, false},
-                                     {"meta1", true, false},
-                                     {"data0", false, true},
-                                     {"data1", false, true}},
-                                    "stripe_size = \"64KiB\"\nbulk_chunk = \"64KiB\"\n"))
+        : test::Cluster(test::servers(2, 2), "stripe_size = \"64KiB\"\nbulk_chunk = \"64KiB\"\n")
     {
-        for (const char *name : {"meta0", "meta1", "data0", "data1"})
-            servers.emplace(name, std::make_unique<ServerProcess>(PVFS_SERVER_BINARY, files, name));
     }
-
-    [[nodiscard]] std::unique_ptr<client::Client> connect(std::uint32_t uid = 0,
-                                                          std::uint32_t gid = 0) const
-    {
-        client::Options o;
-        o.target = files.config_path;
-        o.use_process_credentials = false;
-        o.credentials.uid = uid;
-        o.credentials.gid = gid;
-        std::string error;
-        auto c = client::Client::connect(o, error);
-        require(c != nullptr, "connect: " + error);
-        return c;
-    }
-
-    test::ClusterFiles files;
-    std::map<std::string, std::unique_ptr<ServerProcess>> servers;
 };
 
 // Every handle metadata server `index` holds.

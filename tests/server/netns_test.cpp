@@ -16,10 +16,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,29 +27,15 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace pvfs;
-using pvfs::test::ServerProcess;
+using pvfs::test::require;
+using pvfs::test::require_rc;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto request_timeout = std::chrono::milliseconds(3000);
 // Setting up a request and noticing the failure may take a little longer.
 constexpr auto failure_deadline = request_timeout + std::chrono::milliseconds(3000);
 const char *const netns_list = "netns.list"; // in the work directory, for the cleanup
-
-void require(bool ok, const std::string &why)
-{
-    if (!ok)
-        ATF_FAIL(why);
-}
-
-void require_rc(std::int64_t rc, std::int64_t want, const std::string &what)
-{
-    if (rc != want)
-        ATF_FAIL(what + ": got " + std::to_string(rc) + " (" +
-                 (rc < 0 ? client::error_text(rc) : std::string("bytes")) + "), expected " +
-                 std::to_string(want));
-}
 
 int sh(const std::string &cmd)
 {
@@ -157,39 +141,20 @@ private:
     std::map<std::string, Host> hosts_;
 };
 
-const char *const server_names[] = {"meta0", "data0", "data1"};
-
-struct Cluster {
+// Each server in its own namespace of `n`, port 7000.
+struct Cluster : test::Cluster {
     explicit Cluster(const Network &n)
-        : net(n),
-          files(test::write_cluster(
-              fs::current_path() / "cluster",
-              {{"meta0", true, false}, {"data0", false, true}, {"data1", false, true}},
-              {"tcp://" + n.host("meta0").ip + ":7000", "tcp://" + n.host("data0").ip + ":7000",
-               "tcp://" + n.host("data1").ip + ":7000"},
-              "stripe_size = \"64KiB\"\nrequest_timeout = \"3s\"\n"))
+        : test::Cluster(test::servers(1, 2),
+                        {"tcp://" + n.host("meta0").ip + ":7000",
+                         "tcp://" + n.host("data0").ip + ":7000",
+                         "tcp://" + n.host("data1").ip + ":7000"},
+                        "stripe_size = \"64KiB\"\nrequest_timeout = \"3s\"\n",
+                        {{"ip", "netns", "exec", n.host("meta0").ns},
+                         {"ip", "netns", "exec", n.host("data0").ns},
+                         {"ip", "netns", "exec", n.host("data1").ns}},
+                        test::fresh_attrs())
     {
-        for (const char *name : server_names)
-            servers[name] = std::make_unique<ServerProcess>(
-                PVFS_SERVER_BINARY, files, name,
-                std::vector<std::string>{"ip", "netns", "exec", n.host(name).ns});
     }
-
-    [[nodiscard]] std::unique_ptr<client::Client> connect() const
-    {
-        client::Options o;
-        o.target = files.config_path;
-        o.use_process_credentials = false;
-        o.attr_timeout = std::chrono::milliseconds(0);
-        std::string error;
-        auto c = client::Client::connect(o, error);
-        require(c != nullptr, "connect: " + error);
-        return c;
-    }
-
-    const Network &net;
-    test::ClusterFiles files;
-    std::map<std::string, std::unique_ptr<ServerProcess>> servers;
 };
 
 bool skip_unless_possible()

@@ -9,10 +9,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
-#include <map>
-#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,49 +19,25 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace pvfs;
-using pvfs::test::ServerProcess;
+using pvfs::test::require;
+using pvfs::test::require_rc;
 
 constexpr std::uint32_t nobody = 65534;
 constexpr std::uint32_t alice = 1000;
 
-void require(bool ok, const std::string &why)
-{
-    if (!ok)
-        ATF_FAIL(why);
-}
-
-void require_rc(std::int64_t rc, std::int64_t want, const std::string &what)
-{
-    if (rc != want)
-        ATF_FAIL(what + ": got " + std::to_string(rc) + " (" +
-                 (rc < 0 ? client::error_text(rc) : std::string("bytes")) + "), expected " +
-                 std::to_string(want));
-}
-
-const char *const server_names[] = {"meta0", "data0", "data1"};
-
-struct Cluster {
+// Every call of its clients sees the servers' current view, not a cached one.
+struct Cluster : test::Cluster {
     Cluster()
-        : files(test::write_cluster(
-              fs::current_path() / "cluster",
-              {{"meta0", true, false}, {"data0", false, true}, {"data1", false, true}},
-              "root_squash = false\nrequest_timeout = \"10s\"\n"))
+        : test::Cluster(test::servers(1, 2), "root_squash = false\nrequest_timeout = \"10s\"\n",
+                        test::fresh_attrs())
     {
-        start_all();
-    }
-
-    void start_all()
-    {
-        for (const char *name : server_names)
-            servers[name] = std::make_unique<ServerProcess>(PVFS_SERVER_BINARY, files, name);
     }
 
     // Restarts every server with root_squash set to `on`.
     void restart_with_squash(bool on)
     {
-        for (const char *name : server_names)
+        for (const char *name : {"meta0", "data0", "data1"})
             require(servers[name]->stop(SIGTERM) == 0, std::string("clean stop of ") + name);
         servers.clear();
         std::stringstream text;
@@ -81,25 +54,6 @@ struct Cluster {
         std::ofstream(files.config_path) << config;
         start_all();
     }
-
-    [[nodiscard]] std::unique_ptr<client::Client> connect(std::uint32_t uid,
-                                                          std::uint32_t gid) const
-    {
-        client::Options o;
-        o.target = files.config_path;
-        o.use_process_credentials = false;
-        o.credentials.uid = uid;
-        o.credentials.gid = gid;
-        // Every call sees the servers' current view, not a cached one.
-        o.attr_timeout = std::chrono::milliseconds(0);
-        std::string error;
-        auto c = client::Client::connect(o, error);
-        require(c != nullptr, "connect: " + error);
-        return c;
-    }
-
-    test::ClusterFiles files;
-    std::map<std::string, std::unique_ptr<ServerProcess>> servers;
 };
 
 const std::vector<std::byte> secret_tag{std::byte{'s'}, std::byte{'e'}, std::byte{'c'}};

@@ -1,44 +1,15 @@
 // "No allocation per message on the hot path", measured: this program
-// replaces the global operator new and counts calls while client and server
-// exchange messages in steady state (after a warm-up that sizes the pools).
+// counts calls of the global operator new (alloc_count.hpp) while client
+// and server exchange messages in steady state (after a warm-up that sizes
+// the pools).
 #include <atf-c++.hpp>
 
+#include "alloc_count.hpp"
 #include "bmi/bmi.hpp"
 
-#include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <new>
 #include <string>
 #include <vector>
-
-namespace {
-
-// NOLINTBEGIN(cppcoreguidelines-avoid-non-const-global-variables): the counter
-std::atomic<bool> counting{false};
-std::atomic<std::size_t> allocations{0};
-// NOLINTEND(cppcoreguidelines-avoid-non-const-global-variables)
-
-} // namespace
-
-// NOLINTBEGIN(cppcoreguidelines-no-malloc,cppcoreguidelines-owning-memory)
-void *operator new(std::size_t size)
-{
-    if (counting.load(std::memory_order_relaxed))
-        allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void *p = std::malloc(size == 0 ? 1 : size))
-        return p;
-    throw std::bad_alloc();
-}
-void operator delete(void *p) noexcept
-{
-    std::free(p);
-}
-void operator delete(void *p, std::size_t /*size*/) noexcept
-{
-    std::free(p);
-}
-// NOLINTEND(cppcoreguidelines-no-malloc,cppcoreguidelines-owning-memory)
 
 namespace {
 
@@ -121,13 +92,11 @@ void check_engine(const std::string &engine, bool with_rendezvous)
     p.unexpected.reserve(4);
     for (int i = 0; i < 200; ++i)
         round_trip(p, buf, big, bigdst);
-    allocations = 0;
-    counting = true;
+    pvfs::test::start_counting_allocations();
     const int rounds = 1000;
     for (int i = 0; i < rounds; ++i)
         round_trip(p, buf, big, bigdst);
-    counting = false;
-    const std::size_t n = allocations.load();
+    const std::size_t n = pvfs::test::stop_counting_allocations();
     std::printf("%s: %zu allocations in %d round trips\n", engine.c_str(), n, rounds);
     // Zero is the goal; a handful (a pool growing once) is tolerated, one
     // per message is not.

@@ -1,44 +1,14 @@
 // "Encoding into a reused buffer does not allocate", measured: this program
-// replaces the global operator new and counts calls while every sample
-// request and response is encoded into one warm buffer.
+// counts calls of the global operator new (alloc_count.hpp) while every
+// sample request and response is encoded into one warm buffer.
 #include <atf-c++.hpp>
 
-#include <atomic>
 #include <cstddef>
-#include <cstdlib>
-#include <new>
 #include <vector>
 
+#include "alloc_count.hpp"
 #include "pvfs/proto.hpp"
 #include "samples.hpp"
-
-namespace {
-
-// NOLINTBEGIN(cppcoreguidelines-avoid-non-const-global-variables): the counter
-std::atomic<bool> counting{false};
-std::atomic<std::size_t> allocations{0};
-// NOLINTEND(cppcoreguidelines-avoid-non-const-global-variables)
-
-} // namespace
-
-// NOLINTBEGIN(cppcoreguidelines-no-malloc,cppcoreguidelines-owning-memory)
-void *operator new(std::size_t size)
-{
-    if (counting.load(std::memory_order_relaxed))
-        allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void *p = std::malloc(size == 0 ? 1 : size))
-        return p;
-    throw std::bad_alloc();
-}
-void operator delete(void *p) noexcept
-{
-    std::free(p);
-}
-void operator delete(void *p, std::size_t /*size*/) noexcept
-{
-    std::free(p);
-}
-// NOLINTEND(cppcoreguidelines-no-malloc,cppcoreguidelines-owning-memory)
 
 namespace {
 
@@ -47,16 +17,15 @@ std::size_t encode_all(const std::vector<pvfs::proto::Request> &requests,
                        const std::vector<pvfs::proto::Response> &responses,
                        const pvfs::proto::Key &key, std::vector<std::byte> &buffer)
 {
-    allocations.store(0);
-    counting.store(true);
+    pvfs::test::start_counting_allocations();
     std::size_t total = 0;
     for (const auto &r : requests)
         total += pvfs::proto::encode(r, key, buffer);
     for (const auto &r : responses)
         total += pvfs::proto::encode(r, key, buffer);
-    counting.store(false);
+    const std::size_t n = pvfs::test::stop_counting_allocations();
     ATF_REQUIRE(total > 0);
-    return allocations.load();
+    return n;
 }
 
 } // namespace
