@@ -2,7 +2,6 @@
 #include "ops.hpp"
 
 #include <pvfs/gossip.hpp>
-#include <pvfs/proto.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -54,7 +53,7 @@ Task<int> io(Call call)
         // The page cache's read: past the end it wants zeros, not a
         // short count, so the data servers need not be asked for the
         // file's size first.
-        const proto::Region region{req->offset, req->length};
+        const client::Region region{req->offset, req->length};
         n = co_await call.c.co_read_list(req->handle, std::span(&region, 1), mem);
     } else if (call.up.op() == PVFSD_OP_READ) {
         n = co_await call.c.co_read(req->handle, req->offset, mem);
@@ -133,9 +132,9 @@ Task<int> xattr_set(Call call)
         co_return -EINVAL;
     std::uint32_t flags = 0;
     if ((req->flags & PVFSD_XATTR_CREATE) != 0)
-        flags |= proto::xattr_create;
+        flags |= client::xattr_create;
     if ((req->flags & PVFSD_XATTR_REPLACE) != 0)
-        flags |= proto::xattr_replace;
+        flags |= client::xattr_replace;
     co_return co_await call.c.co_xattr_set(req->handle, *name, std::as_bytes(std::span(*value)),
                                            flags);
 }

@@ -2,7 +2,6 @@
 #include "ops.hpp"
 
 #include <pvfs/gossip.hpp>
-#include <pvfs/proto.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -90,9 +89,14 @@ Task<int> setattr(Call call)
     if (!req || (req->mask & ~PVFSD_SET_ALL) != 0)
         co_return -EINVAL;
     client::SetAttr s;
-    // PVFSD_SET_MODE..MTIME_NOW are proto's set_* bits.
-    s.mask = req->mask & (proto::set_mode | proto::set_uid | proto::set_gid | proto::set_atime |
-                          proto::set_mtime | proto::set_atime_now | proto::set_mtime_now);
+    // The kernel's bits pass through as they are.
+    static_assert(PVFSD_SET_MODE == client::set_mode && PVFSD_SET_UID == client::set_uid &&
+                  PVFSD_SET_GID == client::set_gid && PVFSD_SET_ATIME == client::set_atime &&
+                  PVFSD_SET_MTIME == client::set_mtime &&
+                  PVFSD_SET_ATIME_NOW == client::set_atime_now &&
+                  PVFSD_SET_MTIME_NOW == client::set_mtime_now);
+    s.mask = req->mask & (client::set_mode | client::set_uid | client::set_gid | client::set_atime |
+                          client::set_mtime | client::set_atime_now | client::set_mtime_now);
     s.mode = req->mode & 07777U;
     s.uid = req->uid;
     s.gid = req->gid;
@@ -194,7 +198,7 @@ Task<int> rename(Call call)
         (req->flags & ~PVFSD_RENAME_NOREPLACE) != 0)
         co_return -EINVAL;
     const std::uint32_t flags =
-        (req->flags & PVFSD_RENAME_NOREPLACE) != 0 ? proto::rename_noreplace : 0;
+        (req->flags & PVFSD_RENAME_NOREPLACE) != 0 ? client::rename_noreplace : 0;
     co_return co_await call.c.co_rename(req->old_parent, *from, req->new_parent, *to, flags);
 }
 
@@ -225,7 +229,7 @@ Task<int> readdir(Call call)
     // Names average well under 32 bytes: ask for what likely fits.
     const std::uint32_t want = std::clamp<std::uint32_t>(
         req->max_bytes / static_cast<std::uint32_t>(sizeof(pvfsd_dirent) + 16), 1, 4096);
-    std::vector<proto::DirEntry> entries;
+    std::vector<client::DirEntry> entries;
     bool eof = false;
     const int rc = co_await call.c.co_readdir(req->handle, req->cookie, want, entries, eof);
     if (rc != 0)

@@ -41,8 +41,8 @@ static int run(int argc, char **argv)
             continue;
         }
         const std::uint64_t u = s.total_bytes - s.free_bytes;
-        const bool data = (s.status.roles & proto::role_data) != 0;
-        const bool meta = (s.status.roles & proto::role_metadata) != 0;
+        const bool data = (s.status.roles & client::role_data) != 0;
+        const bool meta = (s.status.roles & client::role_metadata) != 0;
         const std::string roles = data && meta ? "metadata,data" : data ? "data" : "metadata";
         if (data) {
             total += s.total_bytes;

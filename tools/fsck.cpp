@@ -63,13 +63,13 @@ void walk(client::Client &c, Handle dir, const std::string &path, Findings &f, b
     bool eof = false;
     std::vector<std::pair<std::string, std::size_t>> dangling; // name, finding
     while (!eof) {
-        std::vector<proto::DirEntry> page;
+        std::vector<client::DirEntry> page;
         if (const int rc = c.readdir(dir, cookie, 0, page, eof); rc != 0) {
             tools::report("pvfs-fsck", "readdir " + path, rc);
             ++f.errors;
             return;
         }
-        for (const proto::DirEntry &e : page) {
+        for (const client::DirEntry &e : page) {
             cookie = e.cookie;
             ++f.entries;
             const std::string child = path == "/" ? "/" + e.name : path + "/" + e.name;
@@ -128,7 +128,7 @@ static int run(int argc, char **argv)
     for (std::uint32_t d = 0; d < data.size(); ++d) {
         std::uint64_t cookie = 0;
         for (bool eof = false; !eof;) {
-            proto::ListObjectsResponse page;
+            client::HandlePage page;
             if (const int rc = c->list_objects(d, cookie, 4096, page); rc != 0) {
                 tools::report("pvfs-fsck",
                               "listing the objects of " + cluster.servers[data[d]].name, rc);
@@ -145,7 +145,7 @@ static int run(int argc, char **argv)
     for (std::uint32_t m = 0; m < metas.size(); ++m) {
         std::uint64_t cookie = 0;
         for (bool eof = false; !eof;) {
-            proto::ListHandlesResponse page;
+            client::HandlePage page;
             if (const int rc = c->list_handles(m, cookie, 4096, page); rc != 0) {
                 tools::report("pvfs-fsck",
                               "listing the handles of " + cluster.servers[metas[m]].name, rc);

@@ -65,13 +65,13 @@ static int run(int argc, char **argv)
             std::uint64_t cookie = 0;
             bool eof = false;
             while (!eof) {
-                std::vector<proto::DirEntry> page;
+                std::vector<client::DirEntry> page;
                 if (const int rc = client->readdir(a.handle, cookie, 0, page, eof); rc != 0) {
                     tools::report("pvfs-ls", path, rc);
                     status = tools::exit_failure;
                     break;
                 }
-                for (proto::DirEntry &e : page) {
+                for (client::DirEntry &e : page) {
                     cookie = e.cookie;
                     Item it{std::move(e.name), {}};
                     it.attr.handle = e.handle;

@@ -31,9 +31,9 @@ static int run(int argc, char **argv)
         const bool same = s.error == 0 && s.status.config_hash == hash;
         ok = ok && same;
         std::string roles;
-        if ((s.status.roles & proto::role_metadata) != 0)
+        if ((s.status.roles & client::role_metadata) != 0)
             roles += "metadata";
-        if ((s.status.roles & proto::role_data) != 0)
+        if ((s.status.roles & client::role_data) != 0)
             roles += roles.empty() ? "data" : ",data";
         const double ms = static_cast<double>(s.round_trip.count()) / 1e6;
         if (json) {
@@ -47,7 +47,7 @@ static int run(int argc, char **argv)
                 j.set("round_trip_ms", ms);
                 j.set("config_identical", same);
                 j.set("uptime_s", static_cast<double>(s.status.uptime_ns) / 1e9);
-                if ((s.status.roles & proto::role_data) != 0) {
+                if ((s.status.roles & client::role_data) != 0) {
                     j.set("bulk_message_bytes", s.status.bulk_message_bytes);
                     j.set("bulk_rdma_bytes", s.status.bulk_rdma_bytes);
                 }

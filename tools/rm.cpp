@@ -13,13 +13,13 @@ int remove_tree(client::Client &c, Handle dir, const std::string &path)
     // Each pass lists from the start: removals do not disturb the cookies
     // of what is left, but restarting keeps the walk simple and complete.
     for (;;) {
-        std::vector<proto::DirEntry> page;
+        std::vector<client::DirEntry> page;
         bool eof = false;
         if (const int rc = c.readdir(dir, 0, 0, page, eof); rc != 0)
             return rc;
         if (page.empty())
             return 0;
-        for (const proto::DirEntry &e : page) {
+        for (const client::DirEntry &e : page) {
             int rc = 0;
             if (e.type == ObjectType::directory) {
                 rc = remove_tree(c, e.handle, path + "/" + e.name);

@@ -22,10 +22,15 @@
 // number of Clients may share one Loop (Options::loop).  Arguments of a
 // co_X (names, spans, the out-parameters) must outlive its task.
 //
+// The types here are the library's own, not the wire protocol's
+// (pvfs/proto.hpp is private to libpvfs); the flag and mask values that a
+// server sees equal their protocol counterparts.
+//
 // Not thread-safe: one thread uses a Loop and its Clients.
 #ifndef PVFS_CLIENT_HPP
 #define PVFS_CLIENT_HPP
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +41,6 @@
 #include <vector>
 
 #include "pvfs/config.hpp"
-#include "pvfs/proto.hpp"
 #include "pvfs/task.hpp"
 #include "pvfs/types.hpp"
 
@@ -139,9 +143,20 @@ struct Options {
     bool server_rdma = true;
 };
 
-// What setattr changes (proto's set_* bits) plus truncation.
+// SetAttr::mask: which of its fields setattr applies.  The *_now bits set
+// that time to the server's clock instead of the given one.  ctime changes
+// with any of them.
+inline constexpr std::uint32_t set_mode = 1U << 0U;
+inline constexpr std::uint32_t set_uid = 1U << 1U;
+inline constexpr std::uint32_t set_gid = 1U << 2U;
+inline constexpr std::uint32_t set_atime = 1U << 3U;
+inline constexpr std::uint32_t set_mtime = 1U << 4U;
+inline constexpr std::uint32_t set_atime_now = 1U << 5U;
+inline constexpr std::uint32_t set_mtime_now = 1U << 6U;
+
+// What setattr changes, plus truncation.
 struct SetAttr {
-    std::uint32_t mask = 0; // proto::set_mode, set_uid, ...
+    std::uint32_t mask = 0; // set_mode | set_uid | ...
     std::uint32_t mode = 0;
     std::uint32_t uid = 0;
     std::uint32_t gid = 0;
@@ -159,16 +174,70 @@ struct StatFs {
     std::uint64_t free_objects = 0;
 };
 
+// ServerInfo::roles bits.
+inline constexpr std::uint32_t role_metadata = 1;
+inline constexpr std::uint32_t role_data = 2;
+
+// What a server says about itself.
+struct ServerInfo {
+    std::string server_name; // its own name
+    std::string version;
+    std::array<std::byte, 32> config_hash{}; // config::hash() of the config it runs
+    std::uint32_t roles = 0;                 // role_metadata | role_data
+    std::uint64_t uptime_ns = 0;
+    // File data it moved as its own bulk messages, and by RDMA of the
+    // clients' memory (reads and writes together, since it started).
+    std::uint64_t bulk_message_bytes = 0;
+    std::uint64_t bulk_rdma_bytes = 0;
+};
+
 // One server's answer to a status request.
 struct ServerStatus {
     std::string name;    // as in the config
     std::string address; // where it was asked
     int error = 0;       // 0, or why it did not answer
-    proto::StatusResponse status;
+    ServerInfo status;
     std::chrono::nanoseconds round_trip{0};
     std::uint64_t total_bytes = 0, free_bytes = 0, avail_bytes = 0; // statfs
     std::uint64_t total_objects = 0, free_objects = 0;
 };
+
+// One directory entry (readdir).
+struct DirEntry {
+    std::string name;
+    Handle handle = no_handle;
+    ObjectType type = ObjectType::regular;
+    std::uint64_t cookie = 0; // resumes the listing after this entry
+    friend bool operator==(const DirEntry &, const DirEntry &) = default;
+};
+
+// A byte range of a file (list I/O).
+struct Region {
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    friend bool operator==(const Region &, const Region &) = default;
+};
+
+// A page of the handles a server holds (pvfs-fsck): list_handles,
+// list_objects.
+struct HandlePage {
+    std::vector<Handle> handles;
+    std::uint64_t next_cookie = 0; // where the next page starts
+    bool eof = false;              // no page after this one
+};
+
+// Client::access bits (R_OK, W_OK, X_OK).
+inline constexpr std::uint32_t access_read = 4;
+inline constexpr std::uint32_t access_write = 2;
+inline constexpr std::uint32_t access_exec = 1;
+
+// Client::rename flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
+inline constexpr std::uint32_t rename_noreplace = 1;
+inline constexpr std::uint32_t rename_exchange = 2;
+
+// Client::xattr_set flags (XATTR_CREATE, XATTR_REPLACE).
+inline constexpr std::uint32_t xattr_create = 1;
+inline constexpr std::uint32_t xattr_replace = 2;
 
 class Client {
 public:
@@ -198,7 +267,7 @@ public:
     int setattr(Handle handle, const SetAttr &change, Attr &out);
     Task<int> co_setattr(Handle handle, const SetAttr &change, Attr &out);
     // access(2) on the metadata server, never cached: 0 when the caller may
-    // read/write/execute the object (proto::access_read | access_write |
+    // read/write/execute the object (access_read | access_write |
     // access_exec; 0 asks whether it exists), else -EACCES or -ENOENT.
     int access(Handle handle, std::uint32_t mask);
     Task<int> co_access(Handle handle, std::uint32_t mask);
@@ -249,9 +318,9 @@ public:
     // One page of entries after `cookie` (0: from the start); *eof when the
     // page ends the directory.
     int readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
-                std::vector<proto::DirEntry> &entries, bool &eof);
+                std::vector<DirEntry> &entries, bool &eof);
     Task<int> co_readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
-                         std::vector<proto::DirEntry> &entries, bool &eof);
+                         std::vector<DirEntry> &entries, bool &eof);
 
     // ---- data ----------------------------------------------------------
     // Reads up to buffer.size() bytes at `offset`; returns the count (short
@@ -267,13 +336,13 @@ public:
                                 std::span<const std::byte> data);
     // List I/O: file regions filled from / into one memory buffer, in order.
     // Reads past the end of the file give zeros.  Returns bytes moved.
-    std::int64_t read_list(Handle handle, std::span<const proto::Region> regions,
+    std::int64_t read_list(Handle handle, std::span<const Region> regions,
                            std::span<std::byte> memory);
-    Task<std::int64_t> co_read_list(Handle handle, std::span<const proto::Region> regions,
+    Task<std::int64_t> co_read_list(Handle handle, std::span<const Region> regions,
                                     std::span<std::byte> memory);
-    std::int64_t write_list(Handle handle, std::span<const proto::Region> regions,
+    std::int64_t write_list(Handle handle, std::span<const Region> regions,
                             std::span<const std::byte> memory);
-    Task<std::int64_t> co_write_list(Handle handle, std::span<const proto::Region> regions,
+    Task<std::int64_t> co_write_list(Handle handle, std::span<const Region> regions,
                                      std::span<const std::byte> memory);
     // Makes the file's data durable on every data server it uses.
     int fsync(Handle handle);
@@ -300,14 +369,14 @@ public:
     // ---- maintenance (pvfs-fsck) -------------------------------------------
     // A page of the handles metadata server `meta_index` holds (root only).
     int list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
-                     proto::ListHandlesResponse &out);
+                     HandlePage &out);
     Task<int> co_list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
-                              proto::ListHandlesResponse &out);
+                              HandlePage &out);
     // A page of the data objects data server `data_index` holds.
     int list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
-                     proto::ListObjectsResponse &out);
+                     HandlePage &out);
     Task<int> co_list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
-                              proto::ListObjectsResponse &out);
+                              HandlePage &out);
     // Removes one data object from one data server.
     int remove_object(std::uint32_t data_index, Handle handle);
     Task<int> co_remove_object(std::uint32_t data_index, Handle handle);

@@ -36,6 +36,24 @@ constexpr int max_symlinks = 40;
 // Entries asked per readdir request when walking a whole directory.
 constexpr std::uint32_t readdir_page = 512;
 
+// The API's flags and masks reach the servers as they are.
+static_assert(set_mode == proto::set_mode && set_uid == proto::set_uid &&
+              set_gid == proto::set_gid && set_atime == proto::set_atime &&
+              set_mtime == proto::set_mtime && set_atime_now == proto::set_atime_now &&
+              set_mtime_now == proto::set_mtime_now);
+static_assert(access_read == proto::access_read && access_write == proto::access_write &&
+              access_exec == proto::access_exec);
+static_assert(rename_noreplace == proto::rename_noreplace &&
+              rename_exchange == proto::rename_exchange);
+static_assert(xattr_create == proto::xattr_create && xattr_replace == proto::xattr_replace);
+static_assert(role_metadata == proto::role_metadata && role_data == proto::role_data);
+
+// A list_handles or list_objects answer.
+template <typename Wire> HandlePage handle_page(Wire &&wire)
+{
+    return {std::move(wire.handles), wire.next_cookie, wire.eof};
+}
+
 Credentials process_credentials()
 {
     Credentials c;
@@ -86,7 +104,7 @@ struct Client::Impl {
     // (mtime, ctime, setuid/setgid clearing happen at fsync).
     std::unordered_set<Handle> written;
     // What the metadata server said this caller may do with a file
-    // (proto::access_* bits), until `expires`; `pinned`: the file this
+    // (access_* bits), until `expires`; `pinned`: the file this
     // client created, read- and writable for the client's life like the fd
     // of a creating open.  Answers are for one caller (`who`): pvfsd's
     // operations run for many at once.
@@ -221,8 +239,7 @@ struct Client::Impl {
     {
         if (access_cache.size() >= max_cached_access)
             std::erase_if(access_cache, [](const auto &e) { return !e.second.pinned; });
-        access_cache[h] =
-            CachedAccess{proto::access_read | proto::access_write, {}, true, engine->current.cred};
+        access_cache[h] = CachedAccess{access_read | access_write, {}, true, engine->current.cred};
     }
     // A chmod or chown may change what the caller may do.
     void forget_access(Handle h)
@@ -367,7 +384,7 @@ struct Client::Impl {
 
     // ---- striped I/O -----------------------------------------------------
     // `known`: the file's attributes, when the caller has just fetched them.
-    Task<std::int64_t> io(Handle h, std::span<const proto::Region> regions, std::byte *memory,
+    Task<std::int64_t> io(Handle h, std::span<const Region> regions, std::byte *memory,
                           std::size_t memory_size, bool is_write, const Attr *known = nullptr)
     {
         Attr a;
@@ -394,14 +411,14 @@ struct Client::Impl {
             written.insert(h);
         }
         std::uint64_t total = 0;
-        for (const proto::Region &r : regions)
+        for (const Region &r : regions)
             total += r.length;
         co_return static_cast<std::int64_t>(total);
     }
 
     // The data servers' requests of a striped read or write of `regions` of
     // file `a` from or into `memory`.
-    int io_requests(const Attr &a, std::span<const proto::Region> regions, std::byte *memory,
+    int io_requests(const Attr &a, std::span<const Region> regions, std::byte *memory,
                     std::size_t memory_size, bool is_write, std::vector<std::unique_ptr<Rpc>> &rpcs)
     {
         const Handle h = a.handle;
@@ -410,7 +427,7 @@ struct Client::Impl {
         std::vector<layout::FileRegion> file_regions;
         file_regions.reserve(regions.size());
         std::uint64_t total = 0;
-        for (const proto::Region &r : regions) {
+        for (const Region &r : regions) {
             file_regions.push_back({r.offset, r.length});
             total += r.length;
         }
@@ -777,7 +794,7 @@ Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
     m.forget_access(handle);
     if (change.truncate) {
         // The data servers would truncate for anyone: ask first.
-        if (const int rc = co_await m.check_access(handle, proto::access_write); rc != 0)
+        if (const int rc = co_await m.check_access(handle, access_write); rc != 0)
             co_return rc;
         Attr a;
         if (const int rc = co_await m.getattr(handle, a, false); rc != 0)
@@ -1044,7 +1061,7 @@ Task<int> Client::co_rename(Handle old_parent, std::string_view old_name, Handle
 }
 
 Task<int> Client::co_readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
-                             std::vector<proto::DirEntry> &entries, bool &eof)
+                             std::vector<DirEntry> &entries, bool &eof)
 {
     const std::uint32_t n =
         std::clamp<std::uint32_t>(max_entries == 0 ? readdir_page : max_entries, 1,
@@ -1053,7 +1070,10 @@ Task<int> Client::co_readdir(Handle dir, std::uint64_t cookie, std::uint32_t max
     proto::RequestBody request = proto::ReaddirRequest{dir, cookie, n};
     if (const int rc = co_await impl_->meta_call(dir, std::move(request), r); rc != 0)
         co_return rc;
-    entries = std::move(r.entries);
+    entries.clear();
+    entries.reserve(r.entries.size());
+    for (proto::DirEntry &e : r.entries)
+        entries.push_back({std::move(e.name), e.handle, e.type, e.cookie});
     eof = r.eof;
     co_return 0;
 }
@@ -1074,13 +1094,13 @@ Task<std::int64_t> Client::co_read(Handle handle, std::uint64_t offset, std::spa
         co_return rc;
     if (a.type != ObjectType::regular)
         co_return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
-    if (const int rc = co_await m.check_access(handle, proto::access_read); rc != 0)
+    if (const int rc = co_await m.check_access(handle, access_read); rc != 0)
         co_return rc;
     if (buffer.empty() || (size_known && offset >= a.size))
         co_return 0;
     if (size_known) {
         const std::uint64_t n = std::min<std::uint64_t>(buffer.size(), a.size - offset);
-        const proto::Region region{offset, n};
+        const Region region{offset, n};
         co_return co_await m.io(handle, std::span(&region, 1), buffer.data(),
                                 static_cast<std::size_t>(n), false, &a);
     }
@@ -1092,7 +1112,7 @@ Task<std::int64_t> Client::co_read(Handle handle, std::uint64_t offset, std::spa
     std::vector<Rpc> sizes(a.layout.stripe_count);
     if (const int rc = m.size_requests(handle, a.layout, sizes); rc != 0)
         co_return rc;
-    const proto::Region region{offset, buffer.size()};
+    const Region region{offset, buffer.size()};
     std::vector<std::unique_ptr<Rpc>> reads;
     if (const int rc =
             m.io_requests(a, std::span(&region, 1), buffer.data(), buffer.size(), false, reads);
@@ -1123,31 +1143,31 @@ Task<std::int64_t> Client::co_write(Handle handle, std::uint64_t offset,
 {
     if (data.empty())
         co_return 0;
-    if (const int rc = co_await impl_->check_access(handle, proto::access_write); rc != 0)
+    if (const int rc = co_await impl_->check_access(handle, access_write); rc != 0)
         co_return rc;
-    const proto::Region region{offset, data.size()};
+    const Region region{offset, data.size()};
     // A write only reads the memory.
     auto *memory =
         const_cast<std::byte *>(data.data()); // NOLINT(cppcoreguidelines-pro-type-const-cast)
     co_return co_await impl_->io(handle, std::span(&region, 1), memory, data.size(), true);
 }
 
-Task<std::int64_t> Client::co_read_list(Handle handle, std::span<const proto::Region> regions,
+Task<std::int64_t> Client::co_read_list(Handle handle, std::span<const Region> regions,
                                         std::span<std::byte> memory)
 {
     if (regions.size() > max_io_regions * std::size_t{64})
         co_return -EINVAL;
-    if (const int rc = co_await impl_->check_access(handle, proto::access_read); rc != 0)
+    if (const int rc = co_await impl_->check_access(handle, access_read); rc != 0)
         co_return rc;
     co_return co_await impl_->io(handle, regions, memory.data(), memory.size(), false);
 }
 
-Task<std::int64_t> Client::co_write_list(Handle handle, std::span<const proto::Region> regions,
+Task<std::int64_t> Client::co_write_list(Handle handle, std::span<const Region> regions,
                                          std::span<const std::byte> memory)
 {
     if (regions.size() > max_io_regions * std::size_t{64})
         co_return -EINVAL;
-    if (const int rc = co_await impl_->check_access(handle, proto::access_write); rc != 0)
+    if (const int rc = co_await impl_->check_access(handle, access_write); rc != 0)
         co_return rc;
     // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): a write only reads the memory
     co_return co_await impl_->io(handle, regions, const_cast<std::byte *>(memory.data()),
@@ -1325,23 +1345,33 @@ Task<int> Client::co_layout_set(Handle handle, const Layout &layout)
 }
 
 Task<int> Client::co_list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
-                                  proto::ListHandlesResponse &out)
+                                  HandlePage &out)
 {
     Impl &m = *impl_;
     if (meta_index >= m.meta_servers.size())
         co_return -EINVAL;
+    proto::ListHandlesResponse r;
     proto::RequestBody request = proto::ListHandlesRequest{cookie, max};
-    co_return co_await m.call_body(m.meta_servers[meta_index], std::move(request), out);
+    if (const int rc = co_await m.call_body(m.meta_servers[meta_index], std::move(request), r);
+        rc != 0)
+        co_return rc;
+    out = handle_page(std::move(r));
+    co_return 0;
 }
 
 Task<int> Client::co_list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
-                                  proto::ListObjectsResponse &out)
+                                  HandlePage &out)
 {
     Impl &m = *impl_;
     if (data_index >= m.data_servers.size())
         co_return -EINVAL;
+    proto::ListObjectsResponse r;
     proto::RequestBody request = proto::ListObjectsRequest{cookie, max};
-    co_return co_await m.call_body(m.data_servers[data_index], std::move(request), out);
+    if (const int rc = co_await m.call_body(m.data_servers[data_index], std::move(request), r);
+        rc != 0)
+        co_return rc;
+    out = handle_page(std::move(r));
+    co_return 0;
 }
 
 Task<int> Client::co_remove_orphan_dir(Handle handle)
@@ -1390,7 +1420,13 @@ Task<std::vector<ServerStatus>> Client::co_status_all()
             s.error = -EPROTO;
             continue;
         }
-        s.status = *status;
+        s.status = {.server_name = status->server_name,
+                    .version = status->version,
+                    .config_hash = status->config_hash,
+                    .roles = status->roles,
+                    .uptime_ns = status->uptime_ns,
+                    .bulk_message_bytes = status->bulk_message_bytes,
+                    .bulk_rdma_bytes = status->bulk_rdma_bytes};
         s.round_trip = st.ended - st.started;
         s.total_bytes = statfs->total_bytes;
         s.free_bytes = statfs->free_bytes;
@@ -1483,7 +1519,7 @@ int Client::rename(Handle old_parent, std::string_view old_name, Handle new_pare
 }
 
 int Client::readdir(Handle dir, std::uint64_t cookie, std::uint32_t max_entries,
-                    std::vector<proto::DirEntry> &entries, bool &eof)
+                    std::vector<DirEntry> &entries, bool &eof)
 {
     return impl_->engine->wait(co_readdir(dir, cookie, max_entries, entries, eof));
 }
@@ -1498,13 +1534,13 @@ std::int64_t Client::write(Handle handle, std::uint64_t offset, std::span<const 
     return impl_->engine->wait(co_write(handle, offset, data));
 }
 
-std::int64_t Client::read_list(Handle handle, std::span<const proto::Region> regions,
+std::int64_t Client::read_list(Handle handle, std::span<const Region> regions,
                                std::span<std::byte> memory)
 {
     return impl_->engine->wait(co_read_list(handle, regions, memory));
 }
 
-std::int64_t Client::write_list(Handle handle, std::span<const proto::Region> regions,
+std::int64_t Client::write_list(Handle handle, std::span<const Region> regions,
                                 std::span<const std::byte> memory)
 {
     return impl_->engine->wait(co_write_list(handle, regions, memory));
@@ -1552,13 +1588,13 @@ int Client::layout_set(Handle handle, const Layout &layout)
 }
 
 int Client::list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
-                         proto::ListHandlesResponse &out)
+                         HandlePage &out)
 {
     return impl_->engine->wait(co_list_handles(meta_index, cookie, max, out));
 }
 
 int Client::list_objects(std::uint32_t data_index, std::uint64_t cookie, std::uint32_t max,
-                         proto::ListObjectsResponse &out)
+                         HandlePage &out)
 {
     return impl_->engine->wait(co_list_objects(data_index, cookie, max, out));
 }

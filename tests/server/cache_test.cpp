@@ -221,7 +221,7 @@ ATF_TEST_CASE_BODY(layouts_kept_until_getattr)
     const auto data = test::pattern(256U << 10U, 3);
     require_rc(b->write(f.handle, 0, data), static_cast<std::int64_t>(data.size()), "B write");
 
-    const proto::Region whole{0, data.size()};
+    const client::Region whole{0, data.size()};
     std::vector<std::byte> back(data.size());
     require_rc(uncached->read_list(f.handle, std::span(&whole, 1), back),
                static_cast<std::int64_t>(data.size()), "uncached read");

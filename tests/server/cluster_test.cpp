@@ -130,7 +130,7 @@ ATF_TEST_CASE_BODY(list_io)
     auto c = cl.connect();
     const Attr a = make_file(*c, "list");
     // 300 regions, scattered over stripes, out of order.
-    std::vector<proto::Region> regions;
+    std::vector<client::Region> regions;
     std::uint64_t total = 0;
     for (std::uint64_t i = 0; i < 300; ++i) {
         const std::uint64_t off = ((i * 7919) % 300) * 10000 + (i % 13);
@@ -146,7 +146,7 @@ ATF_TEST_CASE_BODY(list_io)
     require(back == memory, "list I/O bytes differ");
     // And each region through plain reads.
     std::size_t pos = 0;
-    for (const proto::Region &r : regions) {
+    for (const client::Region &r : regions) {
         std::vector<std::byte> one(r.length);
         require_rc(c->read(a.handle, r.offset, one), static_cast<std::int64_t>(r.length),
                    "read region");
@@ -282,9 +282,9 @@ ATF_TEST_CASE_BODY(namespace_operations)
     bool eof = false;
     std::size_t count = 0;
     while (!eof) {
-        std::vector<proto::DirEntry> page;
+        std::vector<client::DirEntry> page;
         require_rc(c->readdir(big.handle, cookie, 700, page, eof), 0, "readdir page");
-        for (const proto::DirEntry &e : page) {
+        for (const client::DirEntry &e : page) {
             const int i = std::stoi(e.name.substr(5));
             require(!seen[static_cast<std::size_t>(i)], "entry listed twice: " + e.name);
             seen[static_cast<std::size_t>(i)] = true;

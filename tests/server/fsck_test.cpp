@@ -177,7 +177,7 @@ void require_rest_intact(const Cluster &cl, const Damaged &dmg, std::size_t entr
     const std::vector<std::byte> &inner_data = dmg.inner_data;
     auto c = cl.connect();
     Attr a;
-    std::vector<proto::DirEntry> entries;
+    std::vector<client::DirEntry> entries;
     bool eof = false;
     require_rc(c->readdir(dir, 0, 100, entries, eof), 0, "readdir /d");
     require(entries.size() == entries_in_d,

@@ -36,7 +36,7 @@ std::vector<Handle> handles_of(client::Client &c, std::uint32_t index)
     std::vector<Handle> all;
     std::uint64_t cookie = 0;
     for (bool eof = false; !eof;) {
-        proto::ListHandlesResponse page;
+        client::HandlePage page;
         require_rc(c.list_handles(index, cookie, 1000, page), 0, "list_handles");
         all.insert(all.end(), page.handles.begin(), page.handles.end());
         cookie = page.next_cookie;
@@ -50,12 +50,12 @@ bool holds(const std::vector<Handle> &handles, Handle h)
     return std::find(handles.begin(), handles.end(), h) != handles.end();
 }
 
-std::vector<proto::DirEntry> list(client::Client &c, Handle dir)
+std::vector<client::DirEntry> list(client::Client &c, Handle dir)
 {
-    std::vector<proto::DirEntry> all;
+    std::vector<client::DirEntry> all;
     std::uint64_t cookie = 0;
     for (bool eof = false; !eof;) {
-        std::vector<proto::DirEntry> page;
+        std::vector<client::DirEntry> page;
         require_rc(c.readdir(dir, cookie, 100, page, eof), 0, "readdir");
         for (const auto &e : page) {
             all.push_back(e);

@@ -172,7 +172,7 @@ bool skip_unless_possible()
 
 bool object_listed(client::Client &c, std::uint32_t data_index, Handle h)
 {
-    proto::ListObjectsResponse page;
+    client::HandlePage page;
     std::uint64_t cookie = 0;
     do {
         require_rc(c.list_objects(data_index, cookie, 1000, page), 0, "list_objects");
@@ -269,7 +269,7 @@ ATF_TEST_CASE_BODY(striped_io_across_namespaces)
     require(cl.servers["data1"]->stop(SIGKILL) == 128 + SIGKILL, "kill -9 data1");
     require_read_fails_fast(*c, victim.handle, "read with data1 killed");
     // The metadata server is still there (a lookup would ask data1 for the size).
-    std::vector<proto::DirEntry> entries;
+    std::vector<client::DirEntry> entries;
     bool eof = false;
     require_rc(c->readdir(root_handle, 0, 100, entries, eof), 0, "readdir with data1 killed");
     require(entries.size() == 1 && entries[0].name == "victim", "/ with data1 killed");

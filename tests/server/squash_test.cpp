@@ -110,7 +110,7 @@ ATF_TEST_CASE_BODY(squashed_root_is_nobody)
     std::vector<std::byte> value;
     require_rc(root->xattr_get(f.file.handle, "user.tag", value), -EACCES,
                "root reads the xattr of a 0600 file of uid 1000");
-    std::vector<proto::DirEntry> entries;
+    std::vector<client::DirEntry> entries;
     bool eof = false;
     require_rc(root->readdir(f.dir.handle, 0, 100, entries, eof), -EACCES,
                "root lists a 0700 directory of uid 1000");
@@ -163,7 +163,7 @@ ATF_TEST_CASE_BODY(unsquashed_root_keeps_its_rights)
     require_rc(root->xattr_get(f.file.handle, "user.tag", value), 0,
                "root reads the xattr of a 0600 file");
     require(value == secret_tag, "xattr value");
-    std::vector<proto::DirEntry> entries;
+    std::vector<client::DirEntry> entries;
     bool eof = false;
     require_rc(root->readdir(f.dir.handle, 0, 100, entries, eof), 0, "root lists alicedir");
     require(entries.size() == 1 && entries[0].name == "inner", "root's listing of alicedir");
@@ -193,7 +193,7 @@ ATF_TEST_CASE_BODY(squashed_root_cannot_read_data)
     std::vector<std::byte> got(100000);
     require_rc(root->read(f.file.handle, 0, got), -EACCES,
                "squashed root reads a 0600 file of uid 1000");
-    const std::vector<proto::Region> regions{{0, 10}, {50, 10}};
+    const std::vector<client::Region> regions{{0, 10}, {50, 10}};
     std::vector<std::byte> memory(20);
     require_rc(root->read_list(f.file.handle, regions, memory), -EACCES,
                "squashed root list-reads a 0600 file of uid 1000");
