@@ -69,7 +69,7 @@ Attr make_file(client::Client &c, const std::string &name, std::size_t size)
 void chmod(client::Client &c, Handle h, std::uint32_t mode)
 {
     client::SetAttr s;
-    s.mask = proto::set_mode;
+    s.mask = client::set_mode;
     s.mode = mode;
     Attr out;
     require_rc(c.setattr(h, s, out), 0, "chmod");

@@ -318,13 +318,13 @@ ATF_TEST_CASE_BODY(permissions_for_other_uids)
     Attr b;
     require_rc(bob->lookup(shared.handle, "mine", b), 0, "bob looks it up");
     client::SetAttr chmod;
-    chmod.mask = proto::set_mode;
+    chmod.mask = client::set_mode;
     chmod.mode = 0666;
     require_rc(bob->setattr(b.handle, chmod, b), -EPERM, "bob chmods alice's file");
     require_rc(alice->setattr(a.handle, chmod, a), 0, "alice chmods her file");
     require(a.mode == 0666, "mode not changed");
     client::SetAttr chown;
-    chown.mask = proto::set_uid;
+    chown.mask = client::set_uid;
     chown.uid = 1001;
     require_rc(alice->setattr(a.handle, chown, a), -EPERM, "alice gives her file away");
     require_rc(root->setattr(a.handle, chown, a), 0, "root chowns");

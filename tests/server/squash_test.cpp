@@ -70,7 +70,7 @@ AliceFiles make_alice_files(const Cluster &cl)
     auto root = cl.connect(0, 0);
     Attr a;
     client::SetAttr open_root;
-    open_root.mask = proto::set_mode;
+    open_root.mask = client::set_mode;
     open_root.mode = 01777;
     require_rc(root->setattr(root_handle, open_root, a), 0, "chmod 1777 /");
     require(a.mode == 01777, "/ is not 1777");
@@ -119,13 +119,13 @@ ATF_TEST_CASE_BODY(squashed_root_is_nobody)
                "root looks up in a 0700 directory of uid 1000");
     // Nor may it change what only the owner (or a real root) may.
     client::SetAttr chmod;
-    chmod.mask = proto::set_mode;
+    chmod.mask = client::set_mode;
     chmod.mode = 0644;
     Attr after;
     require_rc(root->setattr(f.file.handle, chmod, after), -EPERM,
                "root chmods a file of uid 1000");
     client::SetAttr chown;
-    chown.mask = proto::set_uid;
+    chown.mask = client::set_uid;
     chown.uid = 0;
     require_rc(root->setattr(f.file.handle, chown, after), -EPERM,
                "root chowns a file of uid 1000");
@@ -171,13 +171,13 @@ ATF_TEST_CASE_BODY(unsquashed_root_keeps_its_rights)
     require_rc(root->read(f.file.handle, 0, got), 100000, "root reads alice.txt");
     require(got == test::pattern(100000, 3), "alice.txt bytes");
     client::SetAttr chmod;
-    chmod.mask = proto::set_mode;
+    chmod.mask = client::set_mode;
     chmod.mode = 0640;
     Attr after;
     require_rc(root->setattr(f.file.handle, chmod, after), 0, "root chmods alice.txt");
     require(after.mode == 0640 && after.uid == alice, "root's chmod did not take");
     client::SetAttr chown;
-    chown.mask = proto::set_uid;
+    chown.mask = client::set_uid;
     chown.uid = 2000;
     require_rc(root->setattr(f.file.handle, chown, after), 0, "root chowns alice.txt");
     require(after.uid == 2000, "root's chown did not take");
@@ -205,7 +205,7 @@ ATF_TEST_CASE_BODY(squashed_root_cannot_read_data)
     Attr after;
     require_rc(root->setattr(f.file.handle, truncate, after), -EACCES,
                "squashed root truncates a 0600 file of uid 1000");
-    require_rc(root->access(f.file.handle, proto::access_read), -EACCES, "access(R_OK) as nobody");
+    require_rc(root->access(f.file.handle, client::access_read), -EACCES, "access(R_OK) as nobody");
     require_rc(root->access(f.file.handle, 0), 0, "access(F_OK) as nobody");
 
     // Alice's bytes are all still there.
@@ -232,7 +232,7 @@ ATF_TEST_CASE_BODY(file_data_follows_the_mode)
 
     auto al = cl.connect(alice, alice);
     client::SetAttr chmod;
-    chmod.mask = proto::set_mode;
+    chmod.mask = client::set_mode;
     chmod.mode = 0644;
     Attr after;
     require_rc(al->setattr(f.file.handle, chmod, after), 0, "chmod 0644");
