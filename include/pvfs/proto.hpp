@@ -46,6 +46,16 @@ inline constexpr std::uint16_t protocol_version = 1;
 inline constexpr std::size_t mac_size = 32; // HMAC-SHA-256
 inline constexpr std::size_t key_size = 32;
 
+// Bulk data of a request moves on the request's BMI tag (a bmi::Tag,
+// int32) with this bit set, so that an early error response (on the tag
+// itself) never lands in a data buffer.  Request tags stay below it
+// (docs/protocol.md).
+inline constexpr std::int32_t data_tag_bit = std::int32_t{1} << 30U;
+[[nodiscard]] constexpr std::int32_t data_tag(std::int32_t request_tag) noexcept
+{
+    return request_tag | data_tag_bit;
+}
+
 // Protocol limits beyond types.hpp's; the decoder rejects anything larger.
 inline constexpr std::size_t max_readdir_entries = 4096;
 inline constexpr std::size_t max_config_text = std::size_t{1} << 20U;
