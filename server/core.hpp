@@ -9,20 +9,16 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "bmi/bmi.hpp"
 #include "pvfs/proto.hpp"
 
 namespace pvfs::server {
 
-// Bulk data of a request moves on its tag with this bit set, so that an
-// early error response (on the tag itself) never lands in a data buffer.
-inline constexpr bmi::Tag data_tag_bit = bmi::Tag{1} << 30U;
-
-[[nodiscard]] constexpr bmi::Tag data_tag(bmi::Tag request_tag) noexcept
-{
-    return request_tag | data_tag_bit;
-}
+// The tag of a request's bulk data: a bmi::Tag.
+using proto::data_tag;
+static_assert(std::is_same_v<bmi::Tag, decltype(data_tag(0))>);
 
 // Who asked, and what a response must echo.
 struct Origin {

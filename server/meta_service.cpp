@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <concepts>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -26,6 +30,322 @@ proto::DirEntry to_proto(meta::DirEntry &&e)
 {
     return proto::DirEntry{std::move(e.name), e.handle, e.type, e.cookie};
 }
+
+template <class T, class... Ts>
+concept one_of = (std::same_as<T, Ts> || ...);
+
+// Every request type is in exactly one of these three sets (checked
+// below), so a new one is placed on purpose before the service compiles.
+
+// Answered at once from the store (respond_read).
+template <class T>
+concept meta_read =
+    one_of<T, proto::LookupRequest, proto::GetattrRequest, proto::ReadlinkRequest,
+           proto::ReaddirRequest, proto::XattrGetRequest, proto::XattrListRequest,
+           proto::LayoutGetRequest, proto::ListHandlesRequest, proto::AccessRequest>;
+// Applied in a write batch by the committer (apply).
+template <class T>
+concept meta_write =
+    one_of<T, proto::SetattrRequest, proto::CreateRequest, proto::MkdirRequest, proto::MknodRequest,
+           proto::SymlinkRequest, proto::LinkRequest, proto::RemoveRequest, proto::RmdirRequest,
+           proto::RenameRequest, proto::XattrSetRequest, proto::XattrRemoveRequest,
+           proto::LayoutSetRequest, proto::MkdirObjectRequest, proto::LinkDirRequest,
+           proto::RetireDirRequest, proto::UnlinkDirRequest, proto::RemoveDirObjectRequest>;
+// The server's own or the data role's, never the metadata service's.
+template <class T>
+concept not_meta =
+    one_of<T, proto::GetConfigRequest, proto::StatusRequest, proto::StatfsRequest,
+           proto::ReadRequest, proto::WriteRequest, proto::FsyncRequest, proto::ObjectSizesRequest,
+           proto::TruncateObjectRequest, proto::RemoveObjectRequest, proto::ListObjectsRequest>;
+
+// How many of the sets T is in.
+template <class T>
+constexpr int sets_of = static_cast<int>(meta_read<T>) + static_cast<int>(meta_write<T>) +
+                        static_cast<int>(not_meta<T>);
+
+template <class... Ts> consteval bool partitioned(std::type_identity<std::variant<Ts...>> /*body*/)
+{
+    return ((sets_of<Ts> == 1) && ...);
+}
+static_assert(partitioned(std::type_identity<proto::RequestBody>{}),
+              "each request type is a metadata read, a metadata write or not metadata");
+
+// respond_read's visitor: one call operator per request type, so that
+// std::visit does not compile while a type has none.  Each answers and
+// returns 0, or returns a negative errno for the error response.
+struct ReadHandler {
+    const meta::Store &store;
+    Loop &loop;
+    const Origin &origin;
+    const Credentials &cred;
+
+    int operator()(const proto::LookupRequest &r) const
+    {
+        proto::LookupResponse out;
+        const int rc = store.lookup(cred, r.parent, r.name, out.attr);
+        if (rc == 0)
+            loop.respond(origin, out);
+        return rc;
+    }
+
+    int operator()(const proto::GetattrRequest &g) const
+    {
+        proto::GetattrResponse out;
+        const int rc = store.getattr(cred, g.handle, out.attr);
+        if (rc == 0)
+            loop.respond(origin, out);
+        return rc;
+    }
+
+    int operator()(const proto::ReadlinkRequest &l) const
+    {
+        proto::ReadlinkResponse out;
+        const int rc = store.readlink(cred, l.handle, out.target);
+        if (rc == 0)
+            loop.respond(origin, std::move(out));
+        return rc;
+    }
+
+    int operator()(const proto::ReaddirRequest &d) const
+    {
+        meta::DirPage page;
+        const std::uint32_t max = std::min<std::uint32_t>(
+            d.max_entries, static_cast<std::uint32_t>(proto::max_readdir_entries));
+        const int rc = max == 0 ? -EINVAL : store.readdir(cred, d.handle, d.cookie, max, page);
+        if (rc == 0) {
+            proto::ReaddirResponse out;
+            out.entries.reserve(page.entries.size());
+            for (meta::DirEntry &e : page.entries)
+                out.entries.push_back(to_proto(std::move(e)));
+            out.eof = page.eof;
+            loop.respond(origin, std::move(out));
+        }
+        return rc;
+    }
+
+    int operator()(const proto::XattrGetRequest &xg) const
+    {
+        std::string value;
+        const int rc = store.xattr_get(cred, xg.handle, xg.name, value);
+        if (rc == 0) {
+            proto::XattrGetResponse out;
+            out.value.resize(value.size());
+            std::memcpy(out.value.data(), value.data(), value.size());
+            loop.respond(origin, std::move(out));
+        }
+        return rc;
+    }
+
+    int operator()(const proto::XattrListRequest &xl) const
+    {
+        proto::XattrListResponse out;
+        const int rc = store.xattr_list(cred, xl.handle, out.names);
+        if (rc == 0)
+            loop.respond(origin, std::move(out));
+        return rc;
+    }
+
+    int operator()(const proto::LayoutGetRequest &lg) const
+    {
+        proto::LayoutGetResponse out;
+        const int rc = store.layout_get(cred, lg.handle, out.layout);
+        if (rc == 0)
+            loop.respond(origin, out);
+        return rc;
+    }
+
+    int operator()(const proto::AccessRequest &ac) const
+    {
+        const int rc = store.access(cred, ac.handle, ac.mask);
+        if (rc == 0)
+            loop.respond(origin, proto::AccessResponse{});
+        return rc;
+    }
+
+    int operator()(const proto::ListHandlesRequest &lh) const
+    {
+        // Listing every handle is for pvfs-fsck: root only.
+        if (cred.uid != 0)
+            return -EPERM;
+        meta::HandlePage page;
+        const std::uint32_t max =
+            std::min<std::uint32_t>(lh.max, static_cast<std::uint32_t>(proto::max_list_handles));
+        const int rc = max == 0 ? -EINVAL : store.list_handles(lh.cookie, max, page);
+        if (rc == 0) {
+            proto::ListHandlesResponse out{std::move(page.handles), page.next_cookie, page.eof};
+            loop.respond(origin, std::move(out));
+        }
+        return rc;
+    }
+
+    // handle() queues these for the committer or never sees them.
+    template <class T>
+    requires meta_write<T> || not_meta<T>
+    int operator()(const T & /*request*/) const { return -EOPNOTSUPP; }
+};
+
+// apply's visitor, as ReadHandler: each sets the response and returns 0 or
+// a negative errno.
+struct WriteHandler {
+    meta::WriteBatch &batch;
+    const Credentials &cred;
+    proto::ResponseBody &response;
+
+    int operator()(const proto::SetattrRequest &s) const
+    {
+        proto::SetattrResponse out;
+        int rc = 0;
+        if (s.mask == proto::set_ctime) {
+            // "The caller wrote or truncated the data": mtime and ctime now,
+            // setuid/setgid cleared, write access needed (docs/protocol.md).
+            rc = batch.data_written(cred, s.handle, out.attr);
+        } else {
+            perm::AttrChange change;
+            change.mask = s.mask & ~proto::set_ctime; // ctime follows any change
+            change.mode = s.mode;
+            change.uid = s.uid;
+            change.gid = s.gid;
+            change.atime = s.atime;
+            change.mtime = s.mtime;
+            rc = batch.setattr(cred, s.handle, change, out.attr);
+        }
+        response = out;
+        return rc;
+    }
+
+    int operator()(const proto::CreateRequest &c) const
+    {
+        meta::CreateResult result;
+        const int rc = batch.create(cred, c.parent, c.name, c.mode, c.exclusive, c.layout, result);
+        response = proto::CreateResponse{result.attr, result.created};
+        return rc;
+    }
+
+    int operator()(const proto::MkdirRequest &m) const
+    {
+        proto::MkdirResponse out;
+        const int rc = batch.mkdir(cred, m.parent, m.name, m.mode, out.attr);
+        response = out;
+        return rc;
+    }
+
+    int operator()(const proto::MknodRequest &n) const
+    {
+        proto::MknodResponse out;
+        const int rc = batch.mknod(cred, n.parent, n.name, n.type, n.mode, n.rdev, out.attr);
+        response = out;
+        return rc;
+    }
+
+    int operator()(const proto::SymlinkRequest &y) const
+    {
+        proto::SymlinkResponse out;
+        const int rc = batch.symlink(cred, y.parent, y.name, y.target, out.attr);
+        response = out;
+        return rc;
+    }
+
+    int operator()(const proto::LinkRequest &l) const
+    {
+        proto::LinkResponse out;
+        const int rc = batch.link(cred, l.handle, l.new_parent, l.new_name, out.attr);
+        response = out;
+        return rc;
+    }
+
+    int operator()(const proto::RemoveRequest &r) const
+    {
+        meta::Removed removed;
+        const int rc = batch.unlink(cred, r.parent, r.name, removed);
+        response = proto::RemoveResponse{removed.handle, removed.type, removed.nlink_after,
+                                         removed.layout};
+        return rc;
+    }
+
+    int operator()(const proto::RmdirRequest &d) const
+    {
+        const int rc = batch.rmdir(cred, d.parent, d.name);
+        response = proto::RmdirResponse{};
+        return rc;
+    }
+
+    int operator()(const proto::RenameRequest &rn) const
+    {
+        meta::Removed replaced;
+        const int rc = batch.rename(cred, rn.old_parent, rn.old_name, rn.new_parent, rn.new_name,
+                                    rn.flags, replaced);
+        response = proto::RenameResponse{replaced.handle, replaced.type, replaced.nlink_after,
+                                         replaced.layout};
+        return rc;
+    }
+
+    int operator()(const proto::XattrSetRequest &xs) const
+    {
+        const std::string_view value(reinterpret_cast<const char *>( // NOLINT: bytes as chars
+                                         xs.value.data()),
+                                     xs.value.size());
+        const int rc = batch.xattr_set(cred, xs.handle, xs.name, value, xs.flags);
+        response = proto::XattrSetResponse{};
+        return rc;
+    }
+
+    int operator()(const proto::XattrRemoveRequest &xr) const
+    {
+        const int rc = batch.xattr_remove(cred, xr.handle, xr.name);
+        response = proto::XattrRemoveResponse{};
+        return rc;
+    }
+
+    int operator()(const proto::LayoutSetRequest &ls) const
+    {
+        const int rc = batch.layout_set(cred, ls.handle, ls.layout);
+        response = proto::LayoutSetResponse{};
+        return rc;
+    }
+
+    int operator()(const proto::MkdirObjectRequest &mo) const
+    {
+        proto::MkdirObjectResponse out;
+        const int rc = batch.mkdir_object(cred, mo.parent, mo.mode, out.attr);
+        response = out;
+        return rc;
+    }
+
+    int operator()(const proto::LinkDirRequest &ld) const
+    {
+        const int rc = batch.link_dir(cred, ld.parent, ld.name, ld.handle);
+        response = proto::LinkDirResponse{};
+        return rc;
+    }
+
+    int operator()(const proto::RetireDirRequest &rd) const
+    {
+        proto::RetireDirResponse out;
+        const int rc = batch.retire_dir(rd.handle, rd.retire, out.attr);
+        response = out;
+        return rc;
+    }
+
+    int operator()(const proto::UnlinkDirRequest &ud) const
+    {
+        const int rc = batch.unlink_dir(cred, ud.parent, ud.name, ud.handle, ud.owner_uid);
+        response = proto::UnlinkDirResponse{};
+        return rc;
+    }
+
+    int operator()(const proto::RemoveDirObjectRequest &ro) const
+    {
+        const int rc = batch.remove_dir_object(ro.handle);
+        response = proto::RemoveDirObjectResponse{};
+        return rc;
+    }
+
+    // handle() answers these itself (respond_read) or never sees them; the
+    // response stays as it was.
+    template <class T>
+    requires meta_read<T> || not_meta<T>
+    int operator()(const T & /*request*/) const { return -EOPNOTSUPP; }
+};
 
 } // namespace
 
@@ -130,166 +450,14 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, proto::R
 void MetaService::respond_read(const Origin &origin, const Credentials &cred,
                                proto::RequestBody &body)
 {
-    int rc = 0;
-    if (const auto *r = std::get_if<proto::LookupRequest>(&body)) {
-        proto::LookupResponse out;
-        rc = store_.lookup(cred, r->parent, r->name, out.attr);
-        if (rc == 0)
-            return loop_.respond(origin, out);
-    } else if (const auto *g = std::get_if<proto::GetattrRequest>(&body)) {
-        proto::GetattrResponse out;
-        rc = store_.getattr(cred, g->handle, out.attr);
-        if (rc == 0)
-            return loop_.respond(origin, out);
-    } else if (const auto *l = std::get_if<proto::ReadlinkRequest>(&body)) {
-        proto::ReadlinkResponse out;
-        rc = store_.readlink(cred, l->handle, out.target);
-        if (rc == 0)
-            return loop_.respond(origin, std::move(out));
-    } else if (const auto *d = std::get_if<proto::ReaddirRequest>(&body)) {
-        meta::DirPage page;
-        const std::uint32_t max = std::min<std::uint32_t>(
-            d->max_entries, static_cast<std::uint32_t>(proto::max_readdir_entries));
-        rc = max == 0 ? -EINVAL : store_.readdir(cred, d->handle, d->cookie, max, page);
-        if (rc == 0) {
-            proto::ReaddirResponse out;
-            out.entries.reserve(page.entries.size());
-            for (meta::DirEntry &e : page.entries)
-                out.entries.push_back(to_proto(std::move(e)));
-            out.eof = page.eof;
-            return loop_.respond(origin, std::move(out));
-        }
-    } else if (const auto *xg = std::get_if<proto::XattrGetRequest>(&body)) {
-        std::string value;
-        rc = store_.xattr_get(cred, xg->handle, xg->name, value);
-        if (rc == 0) {
-            proto::XattrGetResponse out;
-            out.value.resize(value.size());
-            std::memcpy(out.value.data(), value.data(), value.size());
-            return loop_.respond(origin, std::move(out));
-        }
-    } else if (const auto *xl = std::get_if<proto::XattrListRequest>(&body)) {
-        proto::XattrListResponse out;
-        rc = store_.xattr_list(cred, xl->handle, out.names);
-        if (rc == 0)
-            return loop_.respond(origin, std::move(out));
-    } else if (const auto *lg = std::get_if<proto::LayoutGetRequest>(&body)) {
-        proto::LayoutGetResponse out;
-        rc = store_.layout_get(cred, lg->handle, out.layout);
-        if (rc == 0)
-            return loop_.respond(origin, out);
-    } else if (const auto *ac = std::get_if<proto::AccessRequest>(&body)) {
-        rc = store_.access(cred, ac->handle, ac->mask);
-        if (rc == 0)
-            return loop_.respond(origin, proto::AccessResponse{});
-    } else if (const auto *lh = std::get_if<proto::ListHandlesRequest>(&body)) {
-        // Listing every handle is for pvfs-fsck: root only.
-        if (cred.uid != 0) {
-            rc = -EPERM;
-        } else {
-            meta::HandlePage page;
-            const std::uint32_t max = std::min<std::uint32_t>(
-                lh->max, static_cast<std::uint32_t>(proto::max_list_handles));
-            rc = max == 0 ? -EINVAL : store_.list_handles(lh->cookie, max, page);
-            if (rc == 0) {
-                proto::ListHandlesResponse out{std::move(page.handles), page.next_cookie, page.eof};
-                return loop_.respond(origin, std::move(out));
-            }
-        }
-    } else {
-        rc = -EOPNOTSUPP;
-    }
-    loop_.respond_error(origin, -rc);
+    const int rc = std::visit(ReadHandler{store_, loop_, origin, cred}, body);
+    if (rc != 0)
+        loop_.respond_error(origin, -rc);
 }
 
 void MetaService::apply(meta::WriteBatch &batch, Job &job)
 {
-    const Credentials &cred = job.cred;
-    int rc = 0;
-    proto::RequestBody &body = job.body;
-    if (const auto *s = std::get_if<proto::SetattrRequest>(&body)) {
-        proto::SetattrResponse out;
-        if (s->mask == proto::set_ctime) {
-            // "The caller wrote or truncated the data": mtime and ctime now,
-            // setuid/setgid cleared, write access needed (docs/protocol.md).
-            rc = batch.data_written(cred, s->handle, out.attr);
-        } else {
-            perm::AttrChange change;
-            change.mask = s->mask & ~proto::set_ctime; // ctime follows any change
-            change.mode = s->mode;
-            change.uid = s->uid;
-            change.gid = s->gid;
-            change.atime = s->atime;
-            change.mtime = s->mtime;
-            rc = batch.setattr(cred, s->handle, change, out.attr);
-        }
-        job.response = out;
-    } else if (const auto *c = std::get_if<proto::CreateRequest>(&body)) {
-        meta::CreateResult result;
-        rc = batch.create(cred, c->parent, c->name, c->mode, c->exclusive, c->layout, result);
-        job.response = proto::CreateResponse{result.attr, result.created};
-    } else if (const auto *m = std::get_if<proto::MkdirRequest>(&body)) {
-        proto::MkdirResponse out;
-        rc = batch.mkdir(cred, m->parent, m->name, m->mode, out.attr);
-        job.response = out;
-    } else if (const auto *n = std::get_if<proto::MknodRequest>(&body)) {
-        proto::MknodResponse out;
-        rc = batch.mknod(cred, n->parent, n->name, n->type, n->mode, n->rdev, out.attr);
-        job.response = out;
-    } else if (const auto *y = std::get_if<proto::SymlinkRequest>(&body)) {
-        proto::SymlinkResponse out;
-        rc = batch.symlink(cred, y->parent, y->name, y->target, out.attr);
-        job.response = out;
-    } else if (const auto *l = std::get_if<proto::LinkRequest>(&body)) {
-        proto::LinkResponse out;
-        rc = batch.link(cred, l->handle, l->new_parent, l->new_name, out.attr);
-        job.response = out;
-    } else if (const auto *r = std::get_if<proto::RemoveRequest>(&body)) {
-        meta::Removed removed;
-        rc = batch.unlink(cred, r->parent, r->name, removed);
-        job.response = proto::RemoveResponse{removed.handle, removed.type, removed.nlink_after,
-                                             removed.layout};
-    } else if (const auto *d = std::get_if<proto::RmdirRequest>(&body)) {
-        rc = batch.rmdir(cred, d->parent, d->name);
-        job.response = proto::RmdirResponse{};
-    } else if (const auto *rn = std::get_if<proto::RenameRequest>(&body)) {
-        meta::Removed replaced;
-        rc = batch.rename(cred, rn->old_parent, rn->old_name, rn->new_parent, rn->new_name,
-                          rn->flags, replaced);
-        job.response = proto::RenameResponse{replaced.handle, replaced.type, replaced.nlink_after,
-                                             replaced.layout};
-    } else if (const auto *xs = std::get_if<proto::XattrSetRequest>(&body)) {
-        const std::string_view value(reinterpret_cast<const char *>( // NOLINT: bytes as chars
-                                         xs->value.data()),
-                                     xs->value.size());
-        rc = batch.xattr_set(cred, xs->handle, xs->name, value, xs->flags);
-        job.response = proto::XattrSetResponse{};
-    } else if (const auto *xr = std::get_if<proto::XattrRemoveRequest>(&body)) {
-        rc = batch.xattr_remove(cred, xr->handle, xr->name);
-        job.response = proto::XattrRemoveResponse{};
-    } else if (const auto *ls = std::get_if<proto::LayoutSetRequest>(&body)) {
-        rc = batch.layout_set(cred, ls->handle, ls->layout);
-        job.response = proto::LayoutSetResponse{};
-    } else if (const auto *mo = std::get_if<proto::MkdirObjectRequest>(&body)) {
-        proto::MkdirObjectResponse out;
-        rc = batch.mkdir_object(cred, mo->parent, mo->mode, out.attr);
-        job.response = out;
-    } else if (const auto *ld = std::get_if<proto::LinkDirRequest>(&body)) {
-        rc = batch.link_dir(cred, ld->parent, ld->name, ld->handle);
-        job.response = proto::LinkDirResponse{};
-    } else if (const auto *rd = std::get_if<proto::RetireDirRequest>(&body)) {
-        proto::RetireDirResponse out;
-        rc = batch.retire_dir(rd->handle, rd->retire, out.attr);
-        job.response = out;
-    } else if (const auto *ud = std::get_if<proto::UnlinkDirRequest>(&body)) {
-        rc = batch.unlink_dir(cred, ud->parent, ud->name, ud->handle, ud->owner_uid);
-        job.response = proto::UnlinkDirResponse{};
-    } else if (const auto *ro = std::get_if<proto::RemoveDirObjectRequest>(&body)) {
-        rc = batch.remove_dir_object(ro->handle);
-        job.response = proto::RemoveDirObjectResponse{};
-    } else {
-        rc = -EOPNOTSUPP;
-    }
+    const int rc = std::visit(WriteHandler{batch, job.cred, job.response}, job.body);
     job.error = rc < 0 ? -rc : 0;
 }
 

@@ -55,9 +55,9 @@ proto::ResponseBody empty_body(proto::Op op)
                       std::make_index_sequence<std::variant_size_v<proto::ResponseBody>>{});
 }
 
-const char *verdict_errno_text(proto::ReplayVerdict v)
+const char *verdict_errno_text(ReplayVerdict v)
 {
-    return proto::verdict_text(v);
+    return verdict_text(v);
 }
 
 } // namespace
@@ -257,17 +257,16 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
     }
     Origin origin{message.peer(),   message.tag(), request_.request_id,
                   request_.session, request_.seq,  request_.op()};
-    const proto::ReplayVerdict verdict =
+    const ReplayVerdict verdict =
         replay_.accept(request_.session, request_.seq, request_.time_ns, realtime_ns());
-    if (verdict != proto::ReplayVerdict::accepted) {
+    if (verdict != ReplayVerdict::accepted) {
         gossip::warning(Mask::server, "rejected {} request {} from {}: {}",
                         proto::op_name(origin.op), origin.request_id,
                         bmi_->rev_lookup(message.peer()), verdict_errno_text(verdict));
         // A replay gets no answer (the real request got one); a client
         // whose clock is off, or one too many, is told why.
-        if (verdict != proto::ReplayVerdict::replayed) {
-            respond_error(origin,
-                          verdict == proto::ReplayVerdict::too_many_sessions ? EBUSY : ETIME);
+        if (verdict != ReplayVerdict::replayed) {
+            respond_error(origin, verdict == ReplayVerdict::too_many_sessions ? EBUSY : ETIME);
         }
         return;
     }

@@ -21,6 +21,7 @@
 #include "meta_service.hpp"
 #include "pvfs/config.hpp"
 #include "pvfs/proto.hpp"
+#include "replay_guard.hpp"
 
 namespace pvfs::server {
 
@@ -75,7 +76,7 @@ private:
     std::string config_text_;
     std::array<std::byte, 32> config_hash_{};
     proto::Key key_;
-    proto::ReplayGuard replay_;
+    ReplayGuard replay_;
     std::unique_ptr<bmi::Bmi> bmi_;
     bmi::ContextId ctx_ = 0;
     std::unique_ptr<DataService> data_;

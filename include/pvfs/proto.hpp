@@ -1,9 +1,10 @@
 // proto: the pvfs request/response codec.  Every message between a client
 // (tools, pvfsd) and a pvfs-server is one BMI message: a request (sent
 // unexpected) or a response (expected, on the request's tag).  This library
-// turns the typed structs below into those bytes and back, signs and
-// verifies them with the cluster key, and guards servers against replays.
-// It does no networking.  The byte layout is in docs/protocol.md.
+// turns the typed structs below into those bytes and back, and signs and
+// verifies them with the cluster key; servers refuse replays themselves
+// (server/replay).  It does no networking.  The byte layout is in
+// docs/protocol.md.
 //
 //     proto::Request req{.request_id = 7, .session = s, .seq = ++seq,
 //                        .time_ns = now, .cred = cred,
@@ -24,15 +25,12 @@
 #define PVFS_PROTO_HPP
 
 #include <array>
-#include <bitset>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -45,6 +43,16 @@ inline constexpr std::uint32_t response_magic = 0x52465650; // "PVFR"
 inline constexpr std::uint16_t protocol_version = 1;
 inline constexpr std::size_t mac_size = 32; // HMAC-SHA-256
 inline constexpr std::size_t key_size = 32;
+
+// Bulk data of a request moves on the request's BMI tag (a bmi::Tag,
+// int32) with this bit set, so that an early error response (on the tag
+// itself) never lands in a data buffer.  Request tags stay below it
+// (docs/protocol.md).
+inline constexpr std::int32_t data_tag_bit = std::int32_t{1} << 30U;
+[[nodiscard]] constexpr std::int32_t data_tag(std::int32_t request_tag) noexcept
+{
+    return request_tag | data_tag_bit;
+}
 
 // Protocol limits beyond types.hpp's; the decoder rejects anything larger.
 inline constexpr std::size_t max_readdir_entries = 4096;
@@ -660,53 +668,6 @@ struct DecodeResult {
 [[nodiscard]] DecodeResult decode(std::span<const std::byte> message, const Key &key, Request &out);
 [[nodiscard]] DecodeResult decode(std::span<const std::byte> message, const Key &key,
                                   Response &out);
-
-// ---- replay guard (servers) ----------------------------------------------
-
-enum class ReplayVerdict : std::uint8_t {
-    accepted,
-    too_old,           // time_ns more than the window before now
-    in_future,         // time_ns more than the window after now
-    replayed,          // seen before, or below the session's sliding window
-    too_many_sessions, // the session table is full: a new session is refused
-};
-[[nodiscard]] const char *verdict_text(ReplayVerdict verdict) noexcept;
-
-// Accepts each (session, seq) at most once, and only within `window` of the
-// server's clock.  Per session it keeps the highest seq seen and which of
-// the replay_window_bits seqs below it were seen; older seqs are refused.
-// A session idle for more than 2 * window is forgotten: any message it
-// sent earlier is by then outside the time window, so forgetting its seqs
-// cannot let a replay through (docs/protocol.md).  Thread-safe.
-class ReplayGuard {
-public:
-    static constexpr std::size_t replay_window_bits = 1024;
-    static constexpr std::int64_t default_window_ns = 120'000'000'000;
-    static constexpr std::size_t default_max_sessions = 65536;
-
-    explicit ReplayGuard(std::int64_t window_ns = default_window_ns,
-                         std::size_t max_sessions = default_max_sessions);
-
-    [[nodiscard]] ReplayVerdict accept(std::uint64_t session, std::uint64_t seq,
-                                       std::int64_t time_ns, std::int64_t now_ns);
-    void set_window(std::int64_t window_ns);
-    [[nodiscard]] std::int64_t window() const;
-    [[nodiscard]] std::size_t sessions() const; // currently remembered
-
-private:
-    struct Session {
-        std::uint64_t highest = 0;
-        std::bitset<replay_window_bits> seen; // bit i: seq highest - i was accepted
-        std::int64_t last_used_ns = 0;
-    };
-    void forget_idle(std::int64_t now_ns);
-
-    mutable std::mutex mutex_;
-    std::int64_t window_ns_;
-    std::size_t max_sessions_;
-    std::int64_t last_sweep_ns_ = 0;
-    std::unordered_map<std::uint64_t, Session> sessions_;
-};
 
 } // namespace pvfs::proto
 

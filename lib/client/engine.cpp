@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <ctime>
+#include <type_traits>
 #include <utility>
 
 #include "pvfs/gossip.hpp"
@@ -20,8 +21,8 @@ using gossip::Mask;
 
 namespace {
 
-// Bulk data moves on the request's tag with this bit (docs/server.md).
-constexpr bmi::Tag data_tag_bit = bmi::Tag{1} << 30U;
+// Bulk data moves on proto::data_tag() of the request's bmi::Tag.
+static_assert(std::is_same_v<bmi::Tag, decltype(proto::data_tag(0))>);
 // Responses that carry little: attributes, statuses, empty bodies.
 constexpr std::size_t small_response = std::size_t{16} * 1024U;
 // How long a stopped request's cancelled transfers may take to end.
@@ -163,7 +164,7 @@ bmi::Addr Loop::Impl::addr_of(const std::string &url, int &error)
 bmi::Tag Loop::Impl::take_tag()
 {
     const bmi::Tag t = next_tag;
-    next_tag = next_tag + 1 >= data_tag_bit ? 1 : next_tag + 1;
+    next_tag = next_tag + 1 >= proto::data_tag_bit ? 1 : next_tag + 1;
     return t;
 }
 
@@ -213,7 +214,7 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
     if (r.error != 0)
         return;
     track(r, bmi->post_sendunexpected(to, r.out.data(), r.out.size(), r.tag, nullptr, ctx), false);
-    const bmi::Tag dtag = r.tag | data_tag_bit;
+    const bmi::Tag dtag = proto::data_tag(r.tag);
     for (const auto &chunk : r.send_chunks) {
         if (r.error != 0)
             break;

@@ -6,13 +6,13 @@
 // window old (now - time_ns > L + 2 * window - (L + window) = window), so
 // the time check alone refuses its replay.  This holds as long as the
 // server's clock does not jump back by more than a window.
+#include "replay_guard.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 
-#include "pvfs/proto.hpp"
-
-namespace pvfs::proto {
+namespace pvfs::server {
 
 namespace {
 
@@ -131,4 +131,4 @@ ReplayVerdict ReplayGuard::accept(std::uint64_t session, std::uint64_t seq, std:
     return ReplayVerdict::accepted;
 }
 
-} // namespace pvfs::proto
+} // namespace pvfs::server
