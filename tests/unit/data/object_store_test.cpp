@@ -1,4 +1,4 @@
-// Tests of the data object store (server/data/object_store.hpp): data round
+// Tests of the data object store (server/data/include/object_store.hpp): data round
 // trips in both modes (io_uring and synchronous), many operations in flight,
 // reads at and past the end, absent and sparse objects, fsync, the
 // synchronous metadata calls, paging through objects, a tiny open-file

@@ -1,4 +1,4 @@
-// Tests of the metadata store (server/meta/meta_store.hpp): every
+// Tests of the metadata store (server/meta/include/meta_store.hpp): every
 // operation's success and its POSIX errors, the rename matrix, link counts,
 // permissions for an owner, a group member, a stranger and root, sticky and
 // setgid directories, persistence across reopening, readdir while the
