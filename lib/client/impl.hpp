@@ -1,0 +1,524 @@
+// libpvfs's private state, Client::Impl, shared by the files that
+// implement include/pvfs/client.hpp: client.cpp (connecting, names, the
+// namespace), client_data.cpp (file data, statfs, xattrs, layouts,
+// listings, status) and client_sync.cpp (the blocking wrappers).
+#pragma once
+
+#include "pvfs/client.hpp"
+
+#include <sys/random.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <variant>
+
+#include "bmi/bmi.hpp"
+#include "engine.hpp"
+#include "pvfs/gossip.hpp"
+#include "pvfs/layout.hpp"
+
+namespace pvfs::client {
+
+using gossip::Mask;
+using Clock = std::chrono::steady_clock;
+
+// Writes at most this large travel inside the request.
+inline constexpr std::size_t inline_write_limit = std::size_t{32} * 1024U;
+// Symlinks followed while resolving one path (as Linux's MAXSYMLINKS).
+inline constexpr int max_symlinks = 40;
+// Entries asked per readdir request when walking a whole directory.
+inline constexpr std::uint32_t readdir_page = 512;
+
+using detail::Rpc;
+
+struct Client::Impl {
+    Options options;
+    config::Cluster cluster;
+    std::optional<proto::Key> key;
+    std::chrono::milliseconds timeout{60000};
+    std::shared_ptr<Loop> loop;
+    Loop::Impl *engine = nullptr;
+    std::vector<std::string> urls; // per server: the address used
+    std::vector<std::size_t> meta_servers;
+    std::vector<std::size_t> data_servers;
+    bool rdma = false; // data servers move bulk data by RDMA (Options::server_rdma)
+
+    struct CachedAttr {
+        Attr attr;
+        Clock::time_point expires;
+    };
+    struct CachedName {
+        Handle handle = no_handle;
+        Clock::time_point expires;
+    };
+    std::unordered_map<Handle, CachedAttr> attrs;
+    std::unordered_map<std::string, CachedName> names;
+    // Regular files' type and layout, for I/O (Options::layout_timeout):
+    // kept apart from `attrs`, whose sizes and times go stale at once in
+    // pvfsd while a layout stays right until the file is re-striped.
+    std::unordered_map<Handle, CachedAttr> layouts;
+    static constexpr std::size_t max_cached_layouts = 65536;
+    // Files this client wrote since it last told their metadata server
+    // (mtime, ctime, setuid/setgid clearing happen at fsync).
+    std::unordered_set<Handle> written;
+    // What the metadata server said this caller may do with a file
+    // (access_* bits), until `expires`; `pinned`: the file this
+    // client created, read- and writable for the client's life like the fd
+    // of a creating open.  Answers are for one caller (`who`): pvfsd's
+    // operations run for many at once.
+    struct CachedAccess {
+        std::uint32_t granted = 0;
+        Clock::time_point expires;
+        bool pinned = false;
+        Credentials who;
+    };
+    std::unordered_map<Handle, CachedAccess> access_cache;
+    static constexpr std::size_t max_cached_access = 65536;
+
+    // ---- transport ----------------------------------------------------
+    void set_servers(const std::vector<std::string> &server_urls) { urls = server_urls; }
+
+    // co_await run(rpcs, depth): the requests run, at most `depth` in
+    // flight per server, until each has its response or fails, times out
+    // or is cancelled.
+    [[nodiscard]] Loop::Impl::RunAwaiter run(std::span<Rpc *const> rpcs, unsigned depth = 1U << 30U)
+    {
+        for (Rpc *r : rpcs) {
+            r->url = &urls.at(r->server);
+            r->key = &*key;
+        }
+        return engine->run(rpcs, depth, timeout);
+    }
+
+    // One request, one response.
+    Task<int> call(std::size_t server, proto::RequestBody body, proto::Response &resp)
+    {
+        Rpc r;
+        r.server = server;
+        r.req.body = std::move(body);
+        Rpc *p = &r;
+        co_await run(std::span(&p, 1));
+        const int rc = r.result();
+        if (rc == 0)
+            resp = std::move(r.resp);
+        co_return rc;
+    }
+
+    template <typename Body>
+    Task<int> call_body(std::size_t server, proto::RequestBody body, Body &out)
+    {
+        proto::Response resp;
+        const int rc = co_await call(server, std::move(body), resp);
+        if (rc != 0)
+            co_return rc;
+        Body *b = std::get_if<Body>(&resp.body);
+        if (b == nullptr)
+            co_return -EPROTO;
+        out = std::move(*b);
+        co_return 0;
+    }
+
+    // ---- routing ---------------------------------------------------------
+    int meta_server_of(Handle h, std::size_t &server) const
+    {
+        const std::uint32_t i = handle_server(h);
+        if (h == no_handle || i >= meta_servers.size())
+            return -ESTALE;
+        server = meta_servers[i];
+        return 0;
+    }
+
+    [[nodiscard]] std::uint32_t data_count() const
+    {
+        return static_cast<std::uint32_t>(data_servers.size());
+    }
+
+    // ---- caches ------------------------------------------------------------
+    static std::string name_key(Handle parent, std::string_view name)
+    {
+        std::string k(sizeof parent, '\0');
+        std::memcpy(k.data(), &parent, sizeof parent);
+        k.append(name);
+        return k;
+    }
+
+    void remember(const Attr &a)
+    {
+        remember_layout(a);
+        if (options.attr_timeout.count() > 0)
+            attrs[a.handle] = CachedAttr{a, Clock::now() + options.attr_timeout};
+    }
+
+    void remember_layout(const Attr &a)
+    {
+        if (options.layout_timeout.count() <= 0 || a.type != ObjectType::regular)
+            return;
+        if (layouts.size() >= max_cached_layouts && !layouts.contains(a.handle))
+            layouts.clear();
+        layouts[a.handle] = CachedAttr{a, Clock::now() + options.layout_timeout};
+    }
+
+    void remember_name(Handle parent, std::string_view name, Handle h)
+    {
+        if (options.attr_timeout.count() > 0)
+            names[name_key(parent, name)] = CachedName{h, Clock::now() + options.attr_timeout};
+    }
+
+    void forget(Handle h) { attrs.erase(h); }
+
+    // ---- rights over file data ----------------------------------------
+    Task<int> check_access(Handle h, std::uint32_t mask)
+    {
+        if (!options.check_data_access)
+            co_return 0;
+        const auto now = Clock::now();
+        const Credentials who = engine->current.cred;
+        const auto it = access_cache.find(h);
+        if (it != access_cache.end() && (it->second.granted & mask) == mask &&
+            (it->second.pinned || (now < it->second.expires && it->second.who == who)))
+            co_return 0;
+        proto::AccessResponse r;
+        proto::RequestBody request = proto::AccessRequest{h, mask};
+        if (const int rc = co_await meta_call(h, std::move(request), r); rc != 0)
+            co_return rc;
+        if (options.attr_timeout.count() <= 0)
+            co_return 0;
+        if (access_cache.size() >= max_cached_access)
+            std::erase_if(access_cache, [](const auto &e) { return !e.second.pinned; });
+        CachedAccess &e = access_cache[h];
+        if (!e.pinned && (now >= e.expires || e.who != who))
+            e.granted = 0;
+        e.who = who;
+        e.granted |= mask;
+        e.expires = now + options.attr_timeout;
+        co_return 0;
+    }
+    void pin_access(Handle h)
+    {
+        if (access_cache.size() >= max_cached_access)
+            std::erase_if(access_cache, [](const auto &e) { return !e.second.pinned; });
+        access_cache[h] = CachedAccess{access_read | access_write, {}, true, engine->current.cred};
+    }
+    // A chmod or chown may change what the caller may do.
+    void forget_access(Handle h)
+    {
+        if (const auto it = access_cache.find(h); it != access_cache.end() && !it->second.pinned)
+            access_cache.erase(it);
+    }
+    void forget_name(Handle parent, std::string_view name)
+    {
+        names.erase(name_key(parent, name));
+        attrs.erase(parent);
+    }
+
+    // ---- sizes ------------------------------------------------------------
+    // The size of a regular file: the largest end implied by its objects.
+    Task<int> file_size(Handle h, const Layout &layout, std::uint64_t &size)
+    {
+        std::vector<Rpc> rpcs(layout.stripe_count);
+        if (const int rc = size_requests(h, layout, rpcs); rc != 0)
+            co_return rc;
+        std::vector<Rpc *> ptrs;
+        ptrs.reserve(rpcs.size());
+        for (Rpc &r : rpcs)
+            ptrs.push_back(&r);
+        co_await run(ptrs);
+        co_return size_of(layout, rpcs, size);
+    }
+
+    // The ObjectSizes requests of file_size, one per stripe slot (`rpcs`
+    // has layout.stripe_count elements).
+    int size_requests(Handle h, const Layout &layout, std::vector<Rpc> &rpcs) const
+    {
+        for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
+            const std::uint32_t ds = layout::server_of_slot(layout, data_count(), slot);
+            if (ds >= data_servers.size())
+                return -EIO;
+            rpcs[slot].server = data_servers[ds];
+            rpcs[slot].req.body = proto::ObjectSizesRequest{{h}};
+        }
+        return 0;
+    }
+
+    // The file size their answers imply.
+    int size_of(const Layout &layout, const std::vector<Rpc> &rpcs, std::uint64_t &size) const
+    {
+        size = 0;
+        for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
+            if (const int rc = rpcs[slot].result(); rc != 0)
+                return rc;
+            const auto *r = std::get_if<proto::ObjectSizesResponse>(&rpcs[slot].resp.body);
+            if (r == nullptr || r->sizes.size() != 1)
+                return -EPROTO;
+            if (r->sizes[0] == proto::no_object_size)
+                continue;
+            const auto end = layout::logical_size(layout, data_count(), slot, r->sizes[0]);
+            if (!end)
+                return -EFBIG;
+            size = std::max(size, *end);
+        }
+        return 0;
+    }
+
+    Task<int> getattr(Handle h, Attr &out, bool use_cache = true)
+    {
+        if (use_cache) {
+            const auto it = attrs.find(h);
+            if (it != attrs.end() && it->second.expires > Clock::now()) {
+                out = it->second.attr;
+                co_return 0;
+            }
+        }
+        std::size_t server = 0;
+        if (const int rc = meta_server_of(h, server); rc != 0)
+            co_return rc;
+        proto::GetattrResponse r;
+        proto::RequestBody request = proto::GetattrRequest{h};
+        if (const int rc = co_await call_body(server, std::move(request), r); rc != 0)
+            co_return rc;
+        if (const int rc = co_await complete_attr(r.attr); rc != 0)
+            co_return rc;
+        out = r.attr;
+        remember(out);
+        co_return 0;
+    }
+
+    // Attributes as the metadata server keeps them, without asking the data
+    // servers for the size: what I/O needs (the type and layout).  A cached
+    // attribute or layout serves; the answer goes to the layout cache only
+    // (its size is not known).
+    Task<int> getattr_no_size(Handle h, Attr &out)
+    {
+        const auto now = Clock::now();
+        if (const auto it = attrs.find(h); it != attrs.end() && it->second.expires > now) {
+            out = it->second.attr;
+            co_return 0;
+        }
+        if (const auto it = layouts.find(h); it != layouts.end() && it->second.expires > now) {
+            out = it->second.attr;
+            co_return 0;
+        }
+        proto::GetattrResponse r;
+        proto::RequestBody request = proto::GetattrRequest{h};
+        if (const int rc = co_await meta_call(h, std::move(request), r); rc != 0)
+            co_return rc;
+        out = r.attr;
+        remember_layout(out);
+        co_return 0;
+    }
+
+    // Fills a regular file's size from its data servers.
+    Task<int> complete_attr(Attr &a)
+    {
+        if (a.type != ObjectType::regular)
+            co_return 0;
+        if (layout::validate(a.layout, data_count()) != nullptr)
+            co_return -EIO;
+        co_return co_await file_size(a.handle, a.layout, a.size);
+    }
+
+    // Removes the data objects of a file whose last link went.
+    Task<void> remove_objects(Handle h, const Layout &layout)
+    {
+        std::vector<Rpc> rpcs(layout.stripe_count);
+        std::vector<Rpc *> ptrs;
+        for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
+            const std::uint32_t ds = layout::server_of_slot(layout, data_count(), slot);
+            if (ds >= data_servers.size())
+                continue;
+            rpcs[slot].server = data_servers[ds];
+            rpcs[slot].req.body = proto::RemoveObjectRequest{h};
+            ptrs.push_back(&rpcs[slot]);
+        }
+        co_await run(ptrs);
+        for (const Rpc *r : ptrs) {
+            if (r->result() != 0)
+                gossip::warning(Mask::client,
+                                "data object {:016x} on {} not removed ({}); pvfs-fsck will "
+                                "find it",
+                                h, urls[r->server], error_text(r->result()));
+        }
+    }
+
+    // ---- striped I/O -----------------------------------------------------
+    // `known`: the file's attributes, when the caller has just fetched them.
+    Task<std::int64_t> io(Handle h, std::span<const Region> regions, std::byte *memory,
+                          std::size_t memory_size, bool is_write, const Attr *known = nullptr)
+    {
+        Attr a;
+        if (known != nullptr) {
+            a = *known;
+        } else if (const int rc = co_await getattr_no_size(h, a); rc != 0) {
+            co_return rc;
+        }
+        std::vector<std::unique_ptr<Rpc>> rpcs;
+        if (const int rc = io_requests(a, regions, memory, memory_size, is_write, rpcs); rc != 0)
+            co_return rc;
+        std::vector<Rpc *> ptrs;
+        ptrs.reserve(rpcs.size());
+        for (auto &r : rpcs)
+            ptrs.push_back(r.get());
+        co_await run(ptrs, std::max(1U, options.pipeline_depth));
+        for (const Rpc *r : ptrs) {
+            if (const int rc = r->result(); rc != 0)
+                co_return rc;
+        }
+        if (is_write) {
+            // The file may have grown: refresh the size on next use.
+            forget(h);
+            written.insert(h);
+        }
+        std::uint64_t total = 0;
+        for (const Region &r : regions)
+            total += r.length;
+        co_return static_cast<std::int64_t>(total);
+    }
+
+    // The data servers' requests of a striped read or write of `regions` of
+    // file `a` from or into `memory`.
+    int io_requests(const Attr &a, std::span<const Region> regions, std::byte *memory,
+                    std::size_t memory_size, bool is_write, std::vector<std::unique_ptr<Rpc>> &rpcs)
+    {
+        const Handle h = a.handle;
+        if (a.type != ObjectType::regular)
+            return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
+        std::vector<layout::FileRegion> file_regions;
+        file_regions.reserve(regions.size());
+        std::uint64_t total = 0;
+        for (const Region &r : regions) {
+            file_regions.push_back({r.offset, r.length});
+            total += r.length;
+        }
+        if (total > memory_size)
+            return -EINVAL;
+        std::vector<layout::SlotRegions> per_slot;
+        if (const char *why = layout::map_regions(a.layout, data_count(), file_regions, per_slot);
+            why != nullptr) {
+            gossip::debug(Mask::client, "I/O on {:016x} refused: {}", h, why);
+            return -EINVAL;
+        }
+        const std::uint32_t chunk = cluster.defaults.bulk_chunk;
+        for (const layout::SlotRegions &slot : per_slot) {
+            std::size_t i = 0;
+            std::uint64_t region_done = 0; // bytes of regions[i] already given to a request
+            while (i < slot.regions.size()) {
+                auto r = std::make_unique<Rpc>();
+                r->server = data_servers.at(slot.server);
+                std::vector<proto::Region> req_regions;
+                std::vector<std::pair<std::byte *, std::size_t>> segments;
+                std::uint64_t bytes = 0;
+                while (i < slot.regions.size() && req_regions.size() < max_io_regions &&
+                       bytes < options.request_bytes) {
+                    const layout::ObjectRegion &o = slot.regions[i];
+                    const std::uint64_t n =
+                        std::min(o.length - region_done, options.request_bytes - bytes);
+                    req_regions.push_back({o.object_offset + region_done, n});
+                    segments.emplace_back(memory + o.memory_offset + region_done,
+                                          static_cast<std::size_t>(n));
+                    bytes += n;
+                    region_done += n;
+                    if (region_done == o.length) {
+                        ++i;
+                        region_done = 0;
+                    }
+                }
+                if (is_write && bytes <= inline_write_limit) {
+                    proto::Bytes data;
+                    data.reserve(bytes);
+                    for (const auto &[p, n] : segments)
+                        data.insert(data.end(), p, p + n);
+                    r->req.body = proto::WriteRequest{h, std::move(req_regions), chunk,
+                                                      0, std::move(data),        {}};
+                } else {
+                    r->pieces.reserve(segments.size());
+                    for (const auto &[base, n] : segments)
+                        r->pieces.push_back({base, n});
+                    r->is_write = is_write;
+                    r->chunk = chunk;
+                    r->rdma = rdma;
+                    if (is_write) {
+                        r->req.body =
+                            proto::WriteRequest{h, std::move(req_regions), chunk, 0, {}, {}};
+                    } else {
+                        r->req.body = proto::ReadRequest{h, std::move(req_regions), chunk, 0, {}};
+                    }
+                }
+                rpcs.push_back(std::move(r));
+            }
+        }
+        return 0;
+    }
+
+    // Runs one metadata request about `h` (routed to h's metadata server).
+    template <typename Body> Task<int> meta_call(Handle h, proto::RequestBody body, Body &out)
+    {
+        std::size_t server = 0;
+        if (const int rc = meta_server_of(h, server); rc != 0)
+            co_return rc;
+        co_return co_await call_body(server, std::move(body), out);
+    }
+
+    // ---- remote directories (docs/metadata.md "Remote directories") ------
+    // Retires, then removes, a directory object that no entry names.
+    Task<int> remove_dir_object(Handle h)
+    {
+        proto::RetireDirResponse retired;
+        proto::RequestBody request = proto::RetireDirRequest{h, true};
+        if (const int rc = co_await meta_call(h, std::move(request), retired); rc != 0)
+            co_return rc;
+        proto::RemoveDirObjectResponse removed;
+        forget(h);
+        proto::RequestBody request2 = proto::RemoveDirObjectRequest{h};
+        co_return co_await meta_call(h, std::move(request2), removed);
+    }
+
+    // rmdir of (parent, name) naming another server's directory: retire it
+    // there (so it stays empty), drop the name here, then remove it there.
+    Task<int> rmdir_remote(Handle parent, std::string_view name)
+    {
+        proto::LookupResponse found;
+        proto::RequestBody request = proto::LookupRequest{parent, std::string(name)};
+        if (const int rc = co_await meta_call(parent, std::move(request), found); rc != 0)
+            co_return rc;
+        const Handle h = found.attr.handle;
+        if (handle_server(h) == handle_server(parent))
+            co_return -EXDEV;
+        proto::RetireDirResponse retired;
+        proto::RequestBody request2 = proto::RetireDirRequest{h, true};
+        if (const int rc = co_await meta_call(h, std::move(request2), retired); rc != 0)
+            co_return rc;
+        proto::UnlinkDirResponse unlinked;
+        proto::RequestBody request3 =
+            proto::UnlinkDirRequest{parent, std::string(name), h, retired.attr.uid};
+        if (const int rc = co_await meta_call(parent, std::move(request3), unlinked); rc != 0) {
+            proto::RetireDirResponse back;
+            proto::RequestBody request4 = proto::RetireDirRequest{h, false};
+            if (const int undo = co_await meta_call(h, std::move(request4), back); undo != 0)
+                gossip::warning(gossip::Mask::client, "rmdir: directory {:016x} stays retired: {}",
+                                h, client::error_text(undo));
+            co_return rc;
+        }
+        forget(parent);
+        forget(h);
+        proto::RemoveDirObjectResponse removed;
+        proto::RequestBody request5 = proto::RemoveDirObjectRequest{h};
+        if (const int rc = co_await meta_call(h, std::move(request5), removed); rc != 0)
+            // The name is gone, which is what rmdir promised; the object
+            // is an orphan for pvfs-fsck.
+            gossip::warning(gossip::Mask::client, "rmdir: directory {:016x} left behind: {}", h,
+                            client::error_text(rc));
+        co_return 0;
+    }
+};
+
+} // namespace pvfs::client
