@@ -363,7 +363,7 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
     std::vector<std::byte> bytes;
     proto::encode(req, key_, bytes);
     const bmi::Tag tag = next_tag_++;
-    const bmi::Tag dtag = tag | (bmi::Tag{1} << 30U);
+    const bmi::Tag dtag = proto::data_tag(tag);
     std::vector<bmi::OpId> pending;
     bmi::OpId response_op = bmi::no_op;
     std::size_t response_size = 0;
