@@ -1,12 +1,15 @@
 // The metadata role of pvfs-server (meta_service.hpp).
 #include "meta_service.hpp"
 
+#include <sodium.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <concepts>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -50,7 +53,8 @@ concept meta_write =
            proto::SymlinkRequest, proto::LinkRequest, proto::RemoveRequest, proto::RmdirRequest,
            proto::RenameRequest, proto::XattrSetRequest, proto::XattrRemoveRequest,
            proto::LayoutSetRequest, proto::MkdirObjectRequest, proto::LinkDirRequest,
-           proto::RetireDirRequest, proto::UnlinkDirRequest, proto::RemoveDirObjectRequest>;
+           proto::RetireDirRequest, proto::UnlinkDirRequest, proto::RemoveDirObjectRequest,
+           proto::SessionRequest>;
 // The server's own or the data role's, never the metadata service's.
 template <class T>
 concept not_meta =
@@ -340,6 +344,9 @@ struct WriteHandler {
         return rc;
     }
 
+    // The committer serves sessions itself (apply_session).
+    int operator()(const proto::SessionRequest & /*request*/) const { return -EINVAL; }
+
     // handle() answers these itself (respond_read) or never sees them; the
     // response stays as it was.
     template <class T>
@@ -349,11 +356,19 @@ struct WriteHandler {
 
 } // namespace
 
-MetaService::MetaService(Loop &loop, meta::Store store)
-    : loop_(loop), store_(std::move(store)), event_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))
+MetaService::MetaService(Loop &loop, meta::Store store, MetaSettings settings)
+    : loop_(loop), store_(std::move(store)), settings_(std::move(settings)),
+      event_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))
 {
     if (!event_.valid())
         throw std::system_error(errno, std::generic_category(), "eventfd");
+    ::randombytes_buf(&boot_id_, sizeof boot_id_);
+    load_sessions();
+    for (const MetaFault &f : settings_.faults) {
+        gossip::warning(Mask::meta, "TEST FAULT armed: {} of the {}th {}",
+                        f.kind == MetaFault::Kind::drop_reply ? "no reply" : "exit after commit",
+                        f.nth, proto::op_name(f.op));
+    }
     thread_ = std::thread([this] { committer(); });
 }
 
@@ -397,6 +412,7 @@ bool MetaService::handles(proto::Op op) noexcept
     case proto::Op::unlink_dir:
     case proto::Op::remove_dir_object:
     case proto::Op::access:
+    case proto::Op::session:
         return true;
     default:
         return false;
@@ -423,7 +439,8 @@ std::uint64_t MetaService::commits() const
     return commits_;
 }
 
-void MetaService::handle(const Origin &origin, const Credentials &cred, proto::RequestBody &body)
+void MetaService::handle(const Origin &origin, const Credentials &cred, const proto::OnceIds &once,
+                         proto::RequestBody &body)
 {
     switch (origin.op) {
     case proto::Op::lookup:
@@ -442,7 +459,7 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, proto::R
     }
     {
         const std::lock_guard lock(mutex_);
-        queued_.push_back(Job{origin, cred, std::move(body), 0, {}});
+        queued_.push_back(Job{origin, cred, once, std::move(body), 0, {}});
     }
     wake_.notify_one();
 }
@@ -467,7 +484,9 @@ void MetaService::committer()
     for (;;) {
         {
             std::unique_lock lock(mutex_);
-            wake_.wait(lock, [this] { return stop_ || !queued_.empty(); });
+            // Wakes at least once a minute to sweep silent sessions.
+            wake_.wait_for(lock, std::chrono::minutes(1),
+                           [this] { return stop_ || !queued_.empty(); });
             if (stop_)
                 return;
             const std::size_t n = std::min(queued_.size(), max_batch);
@@ -478,11 +497,22 @@ void MetaService::committer()
             }
             committing_ = n;
         }
+        const auto now = std::chrono::steady_clock::now();
         meta::WriteBatch batch = store_.batch();
         int rc = batch.status();
         if (rc == 0) {
-            for (Job &job : jobs)
-                apply(batch, job);
+            if (now >= next_sweep_) {
+                sweep_sessions(batch, now);
+                next_sweep_ = now + std::chrono::minutes(1);
+            }
+            for (Job &job : jobs) {
+                if (std::holds_alternative<proto::SessionRequest>(job.body))
+                    apply_session(batch, job);
+                else if (job.once.present())
+                    apply_once(batch, job);
+                else
+                    apply(batch, job);
+            }
             rc = batch.commit();
         }
         if (rc != 0) {
@@ -513,6 +543,17 @@ void MetaService::poll()
         done.swap(finished_);
     }
     for (Job &job : done) {
+        MetaFault::Kind fault{};
+        if (fault_fires(job, fault)) {
+            if (fault == MetaFault::Kind::crash_after_commit) {
+                gossip::error(Mask::meta, "TEST FAULT: exiting after committing {} request {}",
+                              proto::op_name(job.origin.op), job.origin.request_id);
+                std::_Exit(9);
+            }
+            gossip::error(Mask::meta, "TEST FAULT: no reply to {} request {}",
+                          proto::op_name(job.origin.op), job.origin.request_id);
+            continue;
+        }
         if (job.error != 0) {
             loop_.respond_error(job.origin, job.error);
         } else {

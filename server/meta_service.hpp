@@ -8,12 +8,15 @@
 #ifndef PVFS_SERVER_META_SERVICE_HPP
 #define PVFS_SERVER_META_SERVICE_HPP
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core.hpp"
@@ -23,11 +26,31 @@
 
 namespace pvfs::server {
 
+// Faults a test asks for ($PVFS_TEST_FAULTS, docs/testing.md): the n-th
+// committed change of `op` (counting from 1) gets no reply, or the server
+// exits (status 9) right after committing it.
+struct MetaFault {
+    enum class Kind : std::uint8_t { drop_reply, crash_after_commit };
+    Kind kind = Kind::drop_reply;
+    proto::Op op = proto::Op::create;
+    std::uint64_t nth = 1;
+};
+// Parses "drop_reply:remove:1,crash_after_commit:rename:2"; false and
+// `error` set on a malformed list.
+[[nodiscard]] bool parse_faults(std::string_view text, std::vector<MetaFault> &out,
+                                std::string &error);
+
+struct MetaSettings {
+    std::chrono::milliseconds session_ttl{std::chrono::hours(24)};
+    std::size_t max_sessions = 65536;
+    std::vector<MetaFault> faults;
+};
+
 class MetaService {
 public:
     // `store` is open.  Throws std::system_error when the eventfd or the
     // thread cannot be made.
-    MetaService(Loop &loop, meta::Store store);
+    MetaService(Loop &loop, meta::Store store, MetaSettings settings = {});
     ~MetaService();
     MetaService(const MetaService &) = delete;
     MetaService &operator=(const MetaService &) = delete;
@@ -36,8 +59,10 @@ public:
 
     [[nodiscard]] static bool handles(proto::Op op) noexcept;
 
-    // Serves a request (its body may be moved from).
-    void handle(const Origin &origin, const Credentials &cred, proto::RequestBody &body);
+    // Serves a request (its body may be moved from); `once` are its
+    // exactly-once ids, if it has them.
+    void handle(const Origin &origin, const Credentials &cred, const proto::OnceIds &once,
+                proto::RequestBody &body);
 
     // Readable when committed results wait; poll() answers them.
     [[nodiscard]] int event_fd() const noexcept { return event_.get(); }
@@ -54,18 +79,40 @@ private:
     struct Job {
         Origin origin;
         Credentials cred;
+        proto::OnceIds once;
         proto::RequestBody body;
         int error = 0; // positive errno, or 0
         proto::ResponseBody response;
     };
+    // A client session as the committer keeps it (the store has the rest).
+    struct Session {
+        std::string owner;
+        std::chrono::steady_clock::time_point last_change;
+    };
 
     void respond_read(const Origin &origin, const Credentials &cred, proto::RequestBody &body);
     void committer();
+    void load_sessions();
     static void apply(meta::WriteBatch &batch, Job &job);
+    void apply_once(meta::WriteBatch &batch, Job &job);
+    void apply_session(meta::WriteBatch &batch, Job &job);
+    int end_session(meta::WriteBatch &batch, std::uint64_t client_id, const char *why);
+    void sweep_sessions(meta::WriteBatch &batch, std::chrono::steady_clock::time_point now);
+    [[nodiscard]] bool fault_fires(const Job &job, MetaFault::Kind &kind);
 
     Loop &loop_;
     meta::Store store_;
+    MetaSettings settings_;
     UniqueFd event_;
+    std::uint64_t boot_id_ = 0; // SessionResponse::server_boot
+
+    // The committer's own: the sessions, and its scratch.
+    std::unordered_map<std::uint64_t, Session> sessions_;
+    std::unordered_map<std::string, std::uint64_t> owners_; // owner -> client id
+    std::vector<std::byte> digest_scratch_;
+    std::chrono::steady_clock::time_point next_sweep_{};
+    // The loop's own: changes answered per op, for faults.
+    std::unordered_map<proto::Op, std::uint64_t> answered_;
 
     mutable std::mutex mutex_;
     std::condition_variable wake_;

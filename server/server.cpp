@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -171,8 +173,20 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
             error = "metadata store " + mo.path + ": " + errno_text(-rc);
             return nullptr;
         }
+        MetaSettings settings;
+        settings.session_ttl = std::chrono::milliseconds(server->cluster_.defaults.session_ttl_ms);
+        settings.max_sessions = server->cluster_.defaults.max_sessions;
+        // Test-only: lose replies on purpose (docs/testing.md).
+        if (const char *faults = std::getenv("PVFS_TEST_FAULTS");
+            faults != nullptr && *faults != '\0') {
+            if (!parse_faults(faults, settings.faults, error)) {
+                error = "PVFS_TEST_FAULTS: " + error;
+                return nullptr;
+            }
+        }
         try {
-            server->meta_ = std::make_unique<MetaService>(*server, std::move(store));
+            server->meta_ =
+                std::make_unique<MetaService>(*server, std::move(store), std::move(settings));
         } catch (const std::exception &e) {
             error = std::string("metadata service: ") + e.what();
             return nullptr;
@@ -301,7 +315,7 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
     }
     if (MetaService::handles(origin.op)) {
         if (meta_) {
-            meta_->handle(origin, request_.cred, request_.body);
+            meta_->handle(origin, request_.cred, request_.once, request_.body);
             return;
         }
         gossip::warning(Mask::server, "{} request to {}, which has no metadata role",

@@ -141,6 +141,18 @@ struct Options {
     // RDMA of this client's memory (docs/server.md "Bulk data"); false, or
     // $PVFS_RDMA=0: as messages, the flow used over tcp.
     bool server_rdma = true;
+    // Exactly-once metadata changes (docs/protocol.md "Exactly once"): each
+    // carries this client's session id, a slot and an operation number, so
+    // that a metadata server answers a retry with the first result instead
+    // of running the change again.  false: none (for benchmarks of what it
+    // costs).
+    bool exactly_once = true;
+    // The session id; 0: a random one.  pvfsd passes the kernel mount's,
+    // which outlives the daemon.
+    std::uint64_t client_id = 0;
+    // Who this client is across restarts (at most 255 bytes): a new session
+    // with the same owner ends the old one on the servers.  Empty: none.
+    std::string session_owner;
 };
 
 // SetAttr::mask: which of its fields setattr applies.  The *_now bits set

@@ -76,6 +76,11 @@ struct Defaults {
     std::uint32_t idle_timeout_ms = 30'000; // BMI idle timeout
     bool root_squash = false;
     bool durable_metadata = true; // metadata commits are fsynced
+    // Exactly-once sessions (docs/protocol.md "Exactly once"): a client's
+    // session and its cached replies go after this long without a change
+    // from it, or, beyond max_sessions sessions, the longest silent first.
+    std::uint32_t session_ttl_ms = 86'400'000;
+    std::uint32_t max_sessions = 65536;
     friend bool operator==(const Defaults &, const Defaults &) = default;
 };
 

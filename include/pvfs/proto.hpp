@@ -114,11 +114,18 @@ enum class Op : std::uint16_t {
     // May the caller read/write/execute an object (access(2) semantics,
     // after root squash)?  The client library asks before moving data.
     access = 36,
+    // Opens or ends a client's exactly-once session on a metadata server
+    // (docs/protocol.md "Exactly once").
+    session = 37,
 };
-inline constexpr std::uint16_t op_count = 36;
+inline constexpr std::uint16_t op_count = 37;
 
 // "lookup", "xattr_set", ...; "unknown" for a value outside Op.
 [[nodiscard]] const char *op_name(Op op) noexcept;
+// Whether a request of `op` changes a metadata server's namespace, so
+// that it carries exactly-once ids (the server answers a retry of it from
+// its reply cache).
+[[nodiscard]] bool changes_metadata(Op op) noexcept;
 
 using Bytes = std::vector<std::byte>;
 
@@ -385,6 +392,19 @@ struct AccessRequest {
     friend bool operator==(const AccessRequest &, const AccessRequest &) = default;
 };
 
+// SessionRequest::action
+inline constexpr std::uint32_t session_open = 1;
+inline constexpr std::uint32_t session_end = 2;
+// A client's owner text (who it is across restarts: a new session of the
+// same owner ends the old one) is at most this long; empty: no owner.
+inline constexpr std::size_t max_owner_text = 255;
+struct SessionRequest {
+    std::uint64_t client_id = 0; // not 0
+    std::uint32_t action = session_open;
+    std::string owner;
+    friend bool operator==(const SessionRequest &, const SessionRequest &) = default;
+};
+
 // ---- response bodies, one per op, in Op order ----------------------------
 
 struct GetConfigResponse {
@@ -552,17 +572,21 @@ struct RemoveDirObjectResponse {
 struct AccessResponse {
     friend bool operator==(const AccessResponse &, const AccessResponse &) = default;
 };
+struct SessionResponse {
+    std::uint64_t server_boot = 0; // changes when the server restarts
+    std::uint32_t max_slots = 0;   // slots the session may use: 0 .. max_slots - 1
+    friend bool operator==(const SessionResponse &, const SessionResponse &) = default;
+};
 
 // Alternative i is the body of Op i + 1: the variant's index is the op.
-using RequestBody =
-    std::variant<GetConfigRequest, StatusRequest, LookupRequest, GetattrRequest, SetattrRequest,
-                 CreateRequest, MkdirRequest, MknodRequest, SymlinkRequest, LinkRequest,
-                 ReadlinkRequest, RemoveRequest, RmdirRequest, RenameRequest, ReaddirRequest,
-                 StatfsRequest, ReadRequest, WriteRequest, FsyncRequest, ObjectSizesRequest,
-                 TruncateObjectRequest, RemoveObjectRequest, ListObjectsRequest, XattrGetRequest,
-                 XattrSetRequest, XattrListRequest, XattrRemoveRequest, LayoutGetRequest,
-                 LayoutSetRequest, ListHandlesRequest, MkdirObjectRequest, LinkDirRequest,
-                 RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest, AccessRequest>;
+using RequestBody = std::variant<
+    GetConfigRequest, StatusRequest, LookupRequest, GetattrRequest, SetattrRequest, CreateRequest,
+    MkdirRequest, MknodRequest, SymlinkRequest, LinkRequest, ReadlinkRequest, RemoveRequest,
+    RmdirRequest, RenameRequest, ReaddirRequest, StatfsRequest, ReadRequest, WriteRequest,
+    FsyncRequest, ObjectSizesRequest, TruncateObjectRequest, RemoveObjectRequest,
+    ListObjectsRequest, XattrGetRequest, XattrSetRequest, XattrListRequest, XattrRemoveRequest,
+    LayoutGetRequest, LayoutSetRequest, ListHandlesRequest, MkdirObjectRequest, LinkDirRequest,
+    RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest, AccessRequest, SessionRequest>;
 using ResponseBody = std::variant<
     GetConfigResponse, StatusResponse, LookupResponse, GetattrResponse, SetattrResponse,
     CreateResponse, MkdirResponse, MknodResponse, SymlinkResponse, LinkResponse, ReadlinkResponse,
@@ -570,15 +594,37 @@ using ResponseBody = std::variant<
     WriteResponse, FsyncResponse, ObjectSizesResponse, TruncateObjectResponse, RemoveObjectResponse,
     ListObjectsResponse, XattrGetResponse, XattrSetResponse, XattrListResponse, XattrRemoveResponse,
     LayoutGetResponse, LayoutSetResponse, ListHandlesResponse, MkdirObjectResponse, LinkDirResponse,
-    RetireDirResponse, UnlinkDirResponse, RemoveDirObjectResponse, AccessResponse>;
+    RetireDirResponse, UnlinkDirResponse, RemoveDirObjectResponse, AccessResponse, SessionResponse>;
 static_assert(std::variant_size_v<RequestBody> == op_count);
 static_assert(std::variant_size_v<ResponseBody> == op_count);
+
+// The exactly-once identity of a request that changes metadata
+// (docs/protocol.md "Exactly once"), the same in every retry of it: the
+// client's session (client_id), the slot the operation holds in it, the
+// operation's number (xid, growing per client) and which of its requests
+// this is (step).  client_id 0: none, the request is not protected
+// against retries.
+struct OnceIds {
+    std::uint64_t client_id = 0;
+    std::uint32_t slot = 0; // < max_slots
+    std::uint32_t step = 0;
+    std::uint64_t xid = 0;
+    [[nodiscard]] bool present() const noexcept { return client_id != 0; }
+    friend bool operator==(const OnceIds &, const OnceIds &) = default;
+};
+// Slots of one session, and requests (steps) of one operation on one
+// server, at most.
+inline constexpr std::uint32_t max_slots = 1024;
+inline constexpr std::uint32_t max_steps = 16;
+// Request envelope flags: the OnceIds follow the timestamp.
+inline constexpr std::uint32_t request_has_once = 1;
 
 struct Request {
     std::uint64_t request_id = 0; // the client's, echoed in the response
     std::uint64_t session = 0;    // random per client instance
     std::uint64_t seq = 0;        // strictly increasing within a session
     std::int64_t time_ns = 0;     // the client's CLOCK_REALTIME when sent
+    OnceIds once;                 // on the wire only when present()
     Credentials cred;
     RequestBody body; // its alternative is the op
     [[nodiscard]] Op op() const noexcept { return static_cast<Op>(body.index() + 1); }
@@ -662,6 +708,17 @@ struct DecodeResult {
     // version 7 (this build speaks 1)".
     [[nodiscard]] std::string message() const;
 };
+
+// For a server's reply cache: the fields of a response body alone (no
+// envelope, no MAC; `out` is replaced), and back.  Only bodies this build
+// encoded are decoded, but they are checked as any message.
+void encode_body(const ResponseBody &body, std::vector<std::byte> &out);
+[[nodiscard]] DecodeResult decode_body(Op op, std::span<const std::byte> bytes, ResponseBody &out);
+// A 16-byte digest (BLAKE2b) of a request body's encoding: a retry carries
+// the same body as its first try, so a cache entry whose digest differs
+// answers another request with the same ids.  `scratch` is reused.
+using BodyDigest = std::array<std::byte, 16>;
+[[nodiscard]] BodyDigest body_digest(const RequestBody &body, std::vector<std::byte> &scratch);
 
 // Checks the envelope, verifies the MAC (before looking at the body), then
 // parses the body.  On failure `out` holds unspecified (valid) values.

@@ -149,11 +149,35 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
                  (rdma_env == nullptr || std::string_view(rdma_env) != "0");
     impl->meta_servers = c.metadata_servers();
     impl->data_servers = c.data_servers();
+    impl->session_opened.assign(urls.size(), 0);
+    if (options.session_owner.size() > proto::max_owner_text) {
+        error = "session owner longer than 255 bytes";
+        return nullptr;
+    }
+    if (options.exactly_once) {
+        impl->client_id = options.client_id;
+        while (impl->client_id == 0) {
+            if (::getrandom(&impl->client_id, sizeof impl->client_id, 0) !=
+                static_cast<ssize_t>(sizeof impl->client_id))
+                impl->client_id = 0;
+        }
+    }
     return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
-Client::~Client() = default;
+
+Client::~Client()
+{
+    // Only when nothing else runs on the loop: waiting here would resume
+    // other clients' tasks from inside a destructor.
+    if (!impl_ || impl_->engine == nullptr || !impl_->engine->active.empty())
+        return;
+    if (std::find(impl_->session_opened.begin(), impl_->session_opened.end(), 1) ==
+        impl_->session_opened.end())
+        return;
+    impl_->engine->wait(impl_->end_sessions());
+}
 
 const config::Cluster &Client::cluster() const noexcept
 {

@@ -16,6 +16,7 @@
 namespace pvfs::client {
 
 using detail::Batch;
+using detail::OnceOp;
 using detail::Rpc;
 using gossip::Mask;
 
@@ -196,6 +197,12 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
     r.req.seq = ++seq;
     r.req.time_ns = realtime_ns();
     r.req.cred = context.cred;
+    // A retry keeps the ids of its first try.
+    if (context.once != nullptr && !r.req.once.present() && proto::changes_metadata(r.req.op()) &&
+        context.once->next_step < proto::max_steps) {
+        OnceOp &op = *context.once;
+        r.req.once = proto::OnceIds{op.client_id, op.slot, op.next_step++, op.xid};
+    }
     r.tag = take_tag();
     r.started = Clock::now();
     int error = 0;

@@ -34,10 +34,21 @@ using Clock = std::chrono::steady_clock;
 
 struct Batch;
 
+// The exactly-once identity of one metadata change that may take several
+// requests (pvfsd's kernel op): each request that changes metadata gets
+// the next step.
+struct OnceOp {
+    std::uint64_t client_id = 0;
+    std::uint32_t slot = 0;
+    std::uint64_t xid = 0;
+    std::uint32_t next_step = 0;
+};
+
 // Who a batch's requests are from, and the id a Loop::cancel names.
 struct Context {
     Credentials cred;
     std::uint64_t cancel_id = 0;
+    OnceOp *once = nullptr; // the caller's change, if it named one
 };
 
 // One request to one server, with its bulk data if it has any.

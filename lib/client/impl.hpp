@@ -100,18 +100,116 @@ struct Client::Impl {
         return engine->run(rpcs, depth, timeout);
     }
 
+    // ---- exactly once (docs/protocol.md "Exactly once") ---------------
+    std::uint64_t client_id = 0; // 0: changes carry no ids
+    std::uint64_t next_xid = 0;
+    std::vector<std::uint32_t> free_slots;
+    std::uint32_t slots_made = 0;
+    std::vector<char> session_opened; // per server: ended when the client goes
+    bool warned_no_slot = false;
+
+    // A slot of this client's session, given back when its call ends.
+    struct SlotHold {
+        Impl *impl = nullptr;
+        std::uint32_t slot = 0;
+        SlotHold() = default;
+        SlotHold(const SlotHold &) = delete;
+        SlotHold &operator=(const SlotHold &) = delete;
+        SlotHold(SlotHold &&) = delete;
+        SlotHold &operator=(SlotHold &&) = delete;
+        ~SlotHold()
+        {
+            if (impl != nullptr)
+                impl->free_slots.push_back(slot);
+        }
+    };
+
+    // Gives a change this client makes on its own (not one of pvfsd's
+    // kernel ops, whose ids come with the task's context) its ids.
+    void take_once(Rpc &r, SlotHold &hold)
+    {
+        if (client_id == 0 || engine->current.once != nullptr ||
+            !proto::changes_metadata(r.req.op()))
+            return;
+        std::uint32_t slot = 0;
+        if (!free_slots.empty()) {
+            slot = free_slots.back();
+            free_slots.pop_back();
+        } else if (slots_made < proto::max_slots) {
+            slot = slots_made++;
+        } else {
+            if (!warned_no_slot)
+                gossip::warning(Mask::client,
+                                "more than {} metadata changes in flight: the excess is not "
+                                "protected against retries",
+                                proto::max_slots);
+            warned_no_slot = true;
+            return;
+        }
+        hold.impl = this;
+        hold.slot = slot;
+        r.req.once = proto::OnceIds{client_id, slot, 0, ++next_xid};
+    }
+
+    Task<int> open_session(std::size_t server)
+    {
+        proto::SessionResponse out;
+        proto::RequestBody request =
+            proto::SessionRequest{client_id, proto::session_open, options.session_owner};
+        const int rc = co_await call_body(server, std::move(request), out);
+        if (rc == 0 && server < session_opened.size())
+            session_opened[server] = 1;
+        co_return rc;
+    }
+
     // One request, one response.
     Task<int> call(std::size_t server, proto::RequestBody body, proto::Response &resp)
     {
         Rpc r;
         r.server = server;
         r.req.body = std::move(body);
+        SlotHold hold;
+        take_once(r, hold);
         Rpc *p = &r;
         co_await run(std::span(&p, 1));
-        const int rc = r.result();
+        int rc = r.result();
+        if (rc == -EBADR && r.req.once.present()) {
+            // The server has no session of ours (our first change there,
+            // or it ended ours), so the change did not run: open one and
+            // send it again.
+            if (const int s = co_await open_session(server); s != 0)
+                co_return s;
+            Rpc again;
+            again.server = server;
+            again.req.body = std::move(r.req.body);
+            again.req.once = r.req.once;
+            Rpc *q = &again;
+            co_await run(std::span(&q, 1));
+            rc = again.result();
+            if (rc == 0)
+                resp = std::move(again.resp);
+            co_return rc;
+        }
         if (rc == 0)
             resp = std::move(r.resp);
         co_return rc;
+    }
+
+    // Ends this client's sessions (Client's destructor), briefly: a server
+    // that does not answer drops them after its session_ttl.
+    Task<void> end_sessions()
+    {
+        std::vector<Rpc> rpcs(session_opened.size());
+        std::vector<Rpc *> ptrs;
+        for (std::size_t i = 0; i < session_opened.size(); ++i) {
+            if (session_opened[i] == 0)
+                continue;
+            rpcs[i].server = i;
+            rpcs[i].req.body = proto::SessionRequest{client_id, proto::session_end, {}};
+            ptrs.push_back(&rpcs[i]);
+        }
+        timeout = std::chrono::milliseconds(1000);
+        co_await run(ptrs);
     }
 
     template <typename Body>

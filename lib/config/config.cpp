@@ -296,7 +296,8 @@ private:
     {
         reject_unknown(d, "defaults",
                        {"stripe_size", "stripe_count", "bulk_chunk", "request_timeout",
-                        "idle_timeout", "root_squash", "durable_metadata"});
+                        "idle_timeout", "root_squash", "durable_metadata", "session_ttl",
+                        "max_sessions"});
         if (const Value *v = member(d, "stripe_size")) {
             const std::uint32_t size =
                 require_size_in(*v, "defaults.stripe_size", min_stripe_size, max_stripe_size);
@@ -331,6 +332,17 @@ private:
         }
         if (const Value *v = member(d, "durable_metadata")) {
             out.durable_metadata = require_bool(*v, "defaults.durable_metadata");
+        }
+        if (const Value *v = member(d, "session_ttl")) {
+            out.session_ttl_ms = require_duration_ms(*v, "defaults.session_ttl");
+            if (out.session_ttl_ms < 1000)
+                fail(*v, "defaults.session_ttl", "shorter than 1 s");
+        }
+        if (const Value *v = member(d, "max_sessions")) {
+            const std::int64_t n = require_integer(*v, "defaults.max_sessions");
+            if (n < 1 || n > (std::int64_t{1} << 24U))
+                fail(*v, "defaults.max_sessions", fmt::format("{} is not in 1 .. 16777216", n));
+            out.max_sessions = static_cast<std::uint32_t>(n);
         }
     }
 
@@ -701,6 +713,8 @@ std::string to_toml(const Cluster &c)
     out += fmt::format("idle_timeout = {}\n", detail::duration_toml(d.idle_timeout_ms));
     out += fmt::format("root_squash = {}\n", d.root_squash);
     out += fmt::format("durable_metadata = {}\n", d.durable_metadata);
+    out += fmt::format("session_ttl = {}\n", detail::duration_toml(d.session_ttl_ms));
+    out += fmt::format("max_sessions = {}\n", d.max_sessions);
     for (const Server &s : c.servers) {
         out += "\n[[server]]\n";
         out += fmt::format("name = {}\n", toml_string(s.name));

@@ -271,7 +271,26 @@ template <class Io, Is<LayoutSetRequest> B> void fields(Io &io, B &b)
     fields(io, b.layout);
 }
 
+template <class Io, Is<SessionRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.client_id);
+    io.num(b.action);
+    io.text(b.owner, max_owner_text, "session owner longer than 255 bytes");
+    if (b.client_id == 0) {
+        io.fail_if_decoding(DecodeError::bad_value, "session of client 0");
+    }
+    if (b.action != session_open && b.action != session_end) {
+        io.fail_if_decoding(DecodeError::bad_value, "unknown session action");
+    }
+}
+
 // ---- responses -------------------------------------------------------
+
+template <class Io, Is<SessionResponse> B> void fields(Io &io, B &b)
+{
+    io.num(b.server_boot);
+    io.num(b.max_slots);
+}
 
 template <class Io, Is<GetConfigResponse> B> void fields(Io &io, B &b)
 {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <sodium.h>
 
 #include "bodies.hpp"
 #include "codec.hpp"
@@ -100,6 +101,8 @@ static_assert(body_for<Op::remove_dir_object, RequestBody, RemoveDirObjectReques
 static_assert(body_for<Op::remove_dir_object, ResponseBody, RemoveDirObjectResponse>);
 static_assert(body_for<Op::access, RequestBody, AccessRequest>);
 static_assert(body_for<Op::access, ResponseBody, AccessResponse>);
+static_assert(body_for<Op::session, RequestBody, SessionRequest>);
+static_assert(body_for<Op::session, ResponseBody, SessionResponse>);
 
 constexpr std::array<const char *, op_count> op_names = {
     "get_config",      "status",        "lookup",       "getattr",    "setattr",
@@ -109,7 +112,7 @@ constexpr std::array<const char *, op_count> op_names = {
     "truncate_object", "remove_object", "list_objects", "xattr_get",  "xattr_set",
     "xattr_list",      "xattr_remove",  "layout_get",   "layout_set", "list_handles",
     "mkdir_object",    "link_dir",      "retire_dir",   "unlink_dir", "remove_dir_object",
-    "access"};
+    "access",          "session"};
 
 // Parsers indexed by op - 1: each emplaces its body alternative and reads
 // its fields.
@@ -213,6 +216,32 @@ const char *op_name(Op op) noexcept
     return n >= 1 && n <= op_count ? op_names.at(n - 1) : "unknown";
 }
 
+bool changes_metadata(Op op) noexcept
+{
+    switch (op) {
+    case Op::setattr:
+    case Op::create:
+    case Op::mkdir:
+    case Op::mknod:
+    case Op::symlink:
+    case Op::link:
+    case Op::remove:
+    case Op::rmdir:
+    case Op::rename:
+    case Op::xattr_set:
+    case Op::xattr_remove:
+    case Op::layout_set:
+    case Op::mkdir_object:
+    case Op::link_dir:
+    case Op::retire_dir:
+    case Op::unlink_dir:
+    case Op::remove_dir_object:
+        return true;
+    default:
+        return false;
+    }
+}
+
 Response response_to(const Request &req, std::int32_t status)
 {
     Response resp;
@@ -256,11 +285,17 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     e.num(request_magic);
     e.num(protocol_version);
     e.num(static_cast<std::uint16_t>(req.op()));
-    e.num(std::uint32_t{0}); // flags
+    e.num(req.once.present() ? request_has_once : 0U); // flags
     e.num(req.request_id);
     e.num(req.session);
     e.num(req.seq);
     e.num(req.time_ns);
+    if (req.once.present()) {
+        e.num(req.once.client_id);
+        e.num(req.once.slot);
+        e.num(req.once.step);
+        e.num(req.once.xid);
+    }
     e.num(req.cred.uid);
     e.num(req.cred.gid);
     e.list(req.cred.groups, max_groups, 4, nullptr, [&e](std::uint32_t g) { e.num(g); });
@@ -287,19 +322,61 @@ std::size_t encode(const Response &resp, const Key &key, std::vector<std::byte> 
     return finish(e, length_at, key, out);
 }
 
+void encode_body(const ResponseBody &body, std::vector<std::byte> &out)
+{
+    out.clear();
+    Encoder e(out);
+    std::visit([&e](const auto &b) { detail::fields(e, b); }, body);
+}
+
+DecodeResult decode_body(Op op, std::span<const std::byte> bytes, ResponseBody &out)
+{
+    const auto n = static_cast<std::size_t>(op);
+    if (n == 0 || n > op_count)
+        return {DecodeError::bad_op, "unknown op", n};
+    return parse_body(bytes, op, response_parsers, out);
+}
+
+BodyDigest body_digest(const RequestBody &body, std::vector<std::byte> &scratch)
+{
+    scratch.clear();
+    Encoder e(scratch);
+    e.num(static_cast<std::uint16_t>(body.index() + 1));
+    std::visit([&e](const auto &b) { detail::fields(e, b); }, body);
+    BodyDigest out{};
+    crypto_generichash(reinterpret_cast<unsigned char *>(out.data()), out.size(), // NOLINT
+                       reinterpret_cast<const unsigned char *>(scratch.data()),   // NOLINT
+                       scratch.size(), nullptr, 0);
+    return out;
+}
+
 DecodeResult decode(std::span<const std::byte> message, const Key &key, Request &out)
 {
     Decoder d(message);
     const Op op = read_preamble(d, request_magic, "not a pvfs request");
     std::uint32_t flags = 0;
     d.num(flags);
-    if (d.ok() && flags != 0) {
-        d.fail(DecodeError::bad_flags, "request flags not 0", flags);
+    if (d.ok() && (flags & ~request_has_once) != 0) {
+        d.fail(DecodeError::bad_flags, "unknown request flags", flags);
     }
     d.num(out.request_id);
     d.num(out.session);
     d.num(out.seq);
     d.num(out.time_ns);
+    out.once = OnceIds{};
+    if ((flags & request_has_once) != 0) {
+        d.num(out.once.client_id);
+        d.num(out.once.slot);
+        d.num(out.once.step);
+        d.num(out.once.xid);
+        if (d.ok() && out.once.client_id == 0) {
+            d.fail(DecodeError::bad_value, "exactly-once ids of client 0");
+        } else if (d.ok() && out.once.slot >= max_slots) {
+            d.fail(DecodeError::bad_value, "exactly-once slot out of range", out.once.slot);
+        } else if (d.ok() && out.once.step >= max_steps) {
+            d.fail(DecodeError::bad_value, "exactly-once step out of range", out.once.step);
+        }
+    }
     d.num(out.cred.uid);
     d.num(out.cred.gid);
     d.list(out.cred.groups, max_groups, 4, "more than 32 supplementary groups",

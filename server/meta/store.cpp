@@ -62,11 +62,19 @@ struct WriteBatch::State {
     Store::Impl *store = nullptr;
     std::unique_lock<std::mutex> lock;
     lmdb::Txn txn;
+    lmdb::Txn unit; // begin_unit .. end_unit: nested in txn
     int status = 0;
     std::size_t applied = 0;
 
+    // Where the next operation nests.
+    [[nodiscard]] MDB_txn *parent() const noexcept
+    {
+        return unit.active() ? unit.get() : txn.get();
+    }
+
     void end(int why) noexcept
     {
+        unit.abort();
         txn.abort();
         if (lock.owns_lock()) {
             store->writer_thread.store(std::thread::id{});
@@ -82,7 +90,7 @@ struct WriteBatch::State {
         if (status != 0)
             return status;
         lmdb::Txn child;
-        if (const int rc = child.begin(store->env.get(), txn.get(), 0); rc != 0)
+        if (const int rc = child.begin(store->env.get(), parent(), 0); rc != 0)
             return rc;
         ops::Tx tx{child.get(), &store->tables, store->server, store->max_links, clock_now()};
         int rc = fn(tx);
@@ -93,6 +101,16 @@ struct WriteBatch::State {
         if (rc == 0)
             ++applied;
         return rc;
+    }
+
+    // Runs fn in the current transaction itself (the unit's, if open):
+    // bookkeeping that must stand or fall with the operations around it.
+    template <typename Fn> [[nodiscard]] int here(Fn &&fn)
+    {
+        if (status != 0)
+            return status;
+        ops::Tx tx{parent(), &store->tables, store->server, store->max_links, clock_now()};
+        return fn(tx);
     }
 };
 
@@ -129,6 +147,7 @@ int WriteBatch::commit()
         return batch_ended;
     if (state_->status != 0)
         return state_->status;
+    state_->unit.abort(); // a unit never ended was not meant to be kept
     const int rc = state_->txn.commit();
     state_->end(batch_ended);
     return rc;
@@ -138,6 +157,61 @@ void WriteBatch::abort() noexcept
 {
     if (state_ && state_->status != batch_ended)
         state_->end(batch_ended);
+}
+
+int WriteBatch::begin_unit()
+{
+    if (!state_)
+        return batch_ended;
+    if (state_->status != 0)
+        return state_->status;
+    if (state_->unit.active())
+        return -EBUSY;
+    return state_->unit.begin(state_->store->env.get(), state_->txn.get(), 0);
+}
+
+int WriteBatch::end_unit(bool keep)
+{
+    if (!state_)
+        return batch_ended;
+    if (!state_->unit.active())
+        return state_->status != 0 ? state_->status : -EINVAL;
+    if (!keep) {
+        state_->unit.abort();
+        return 0;
+    }
+    return state_->unit.commit();
+}
+
+int WriteBatch::reply_find(const ReplyId &id, ReplyMatch &match, SavedReply &out)
+{
+    match = ReplyMatch::none;
+    return state_ ? state_->here([&](ops::Tx &tx) { return ops::reply_find(tx, id, match, out); })
+                  : batch_ended;
+}
+
+int WriteBatch::reply_save(const ReplyId &id, const SavedReply &reply)
+{
+    return state_ ? state_->here([&](ops::Tx &tx) { return ops::reply_save(tx, id, reply); })
+                  : batch_ended;
+}
+
+int WriteBatch::session_put(const SessionRecord &session)
+{
+    return state_ ? state_->here([&](ops::Tx &tx) { return ops::session_put(tx, session); })
+                  : batch_ended;
+}
+
+int WriteBatch::session_get(std::uint64_t client_id, SessionRecord &out)
+{
+    return state_ ? state_->here([&](ops::Tx &tx) { return ops::session_get(tx, client_id, out); })
+                  : batch_ended;
+}
+
+int WriteBatch::session_delete(std::uint64_t client_id)
+{
+    return state_ ? state_->here([&](ops::Tx &tx) { return ops::session_delete(tx, client_id); })
+                  : batch_ended;
 }
 
 int WriteBatch::create(const Credentials &cred, Handle parent, std::string_view name,
@@ -447,6 +521,13 @@ int Store::list_handles(std::uint64_t cookie, std::uint32_t max_handles, HandleP
         return -EBADF;
     return impl_->read(
         [&](ops::Tx &tx) { return ops::list_handles(tx, cookie, max_handles, out); });
+}
+
+int Store::list_sessions(std::vector<SessionRecord> &out) const
+{
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::list_sessions(tx, out); });
 }
 
 } // namespace pvfs::meta

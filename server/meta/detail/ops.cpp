@@ -517,6 +517,8 @@ int open_tables(MDB_txn *txn, Tables &out) noexcept
         {"order", &out.order},
         {"symlinks", &out.symlinks},
         {"xattrs", &out.xattrs},
+        {"sessions", &out.sessions},
+        {"replies", &out.replies},
     }};
     for (const Named &t : tables) {
         const int rc = mdb_dbi_open(txn, t.name, MDB_CREATE, t.dbi);

@@ -25,8 +25,10 @@ struct Tables {
     MDB_dbi order = 0;    // (dir BE, seq BE) -> order record
     MDB_dbi symlinks = 0; // handle BE -> target
     MDB_dbi xattrs = 0;   // (handle BE, name) -> value
+    MDB_dbi sessions = 0; // client id BE -> session record (once.cpp)
+    MDB_dbi replies = 0;  // (client id BE, slot BE) -> reply record (once.cpp)
 };
-inline constexpr unsigned table_count = 6;
+inline constexpr unsigned table_count = 8;
 
 // One transaction and the store it belongs to.
 struct Tx {
@@ -97,6 +99,14 @@ struct Tx {
 [[nodiscard]] int unlink_dir(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
                              Handle handle, std::uint32_t owner_uid);
 [[nodiscard]] int remove_dir_object(Tx &tx, Handle handle);
+
+// ---- exactly once: sessions and the reply cache (once.cpp) ----
+[[nodiscard]] int reply_find(Tx &tx, const ReplyId &id, ReplyMatch &match, SavedReply &out);
+[[nodiscard]] int reply_save(Tx &tx, const ReplyId &id, const SavedReply &reply);
+[[nodiscard]] int session_put(Tx &tx, const SessionRecord &session);
+[[nodiscard]] int session_get(Tx &tx, std::uint64_t client_id, SessionRecord &out);
+[[nodiscard]] int session_delete(Tx &tx, std::uint64_t client_id);
+[[nodiscard]] int list_sessions(Tx &tx, std::vector<SessionRecord> &out);
 
 } // namespace pvfs::meta::ops
 

@@ -35,6 +35,7 @@
 #ifndef PVFS_META_STORE_HPP
 #define PVFS_META_STORE_HPP
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -122,6 +123,41 @@ struct Stats {
     std::uint64_t used_bytes = 0;   // of it, in use
 };
 
+// ---- exactly once (docs/metadata.md "Sessions and the reply cache") ----
+// The store keeps, per client session and slot, the replies of the
+// operation (xid) the slot last carried, one per step, as bytes it does
+// not interpret: the server encodes and decodes them.
+
+// Which request a reply answers.
+struct ReplyId {
+    std::uint64_t client_id = 0;
+    std::uint32_t slot = 0;
+    std::uint64_t xid = 0;
+    std::uint32_t step = 0;
+};
+// A reply body is at most this long (-E2BIG beyond); a slot keeps at most
+// max_reply_steps steps of its operation (-E2BIG beyond).
+inline constexpr std::size_t max_reply_body = 4096;
+inline constexpr std::size_t max_reply_steps = 16;
+struct SavedReply {
+    std::uint16_t op = 0;
+    std::int32_t status = 0;               // 0 or a positive errno
+    std::array<std::uint8_t, 16> digest{}; // of the request body
+    std::vector<std::uint8_t> body;
+    friend bool operator==(const SavedReply &, const SavedReply &) = default;
+};
+enum class ReplyMatch : std::uint8_t {
+    none,  // not seen: run the operation
+    found, // this step of this xid ran: its reply is in `out`
+    stale, // the slot carries a later xid already: the request is old
+};
+struct SessionRecord {
+    std::uint64_t client_id = 0;
+    std::uint64_t created_ns = 0; // CLOCK_REALTIME
+    std::string owner;            // at most 255 bytes
+    friend bool operator==(const SessionRecord &, const SessionRecord &) = default;
+};
+
 class Store;
 
 class WriteBatch {
@@ -188,6 +224,23 @@ public:
     // know that, so the client checks the file is empty first.  Owner or
     // root only.
     [[nodiscard]] int layout_set(const Credentials &cred, Handle handle, const Layout &layout);
+
+    // ---- exactly once ----
+    // A unit: the operations and reply_save calls between begin_unit and
+    // end_unit(true) are kept together or (end_unit(false), or a failed
+    // end) not at all; a failed operation inside still rolls back alone.
+    // Units do not nest.
+    [[nodiscard]] int begin_unit();
+    [[nodiscard]] int end_unit(bool keep);
+    // The cached reply of `id`, if any (see ReplyMatch).
+    [[nodiscard]] int reply_find(const ReplyId &id, ReplyMatch &match, SavedReply &out);
+    // Records the reply of `id`: a new xid replaces the slot's old steps.
+    [[nodiscard]] int reply_save(const ReplyId &id, const SavedReply &reply);
+    // Creates or replaces a session; session_get is -ENOENT for an unknown
+    // client; session_delete removes the session and its replies.
+    [[nodiscard]] int session_put(const SessionRecord &session);
+    [[nodiscard]] int session_get(std::uint64_t client_id, SessionRecord &out);
+    [[nodiscard]] int session_delete(std::uint64_t client_id);
 
     // ---- remote directories (docs/metadata.md "Remote directories") ----
     // These are the steps of a mkdir and an rmdir that span two metadata
@@ -270,6 +323,8 @@ public:
     // cookie 0 to start.
     [[nodiscard]] int list_handles(std::uint64_t cookie, std::uint32_t max_handles,
                                    HandlePage &out) const;
+    // Every client session (for the server's session table at start).
+    [[nodiscard]] int list_sessions(std::vector<SessionRecord> &out) const;
 
 private:
     friend class WriteBatch;

@@ -284,7 +284,9 @@ ATF_TEST_CASE_BODY(op_numbers_and_names)
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::remove_dir_object)), "remove_dir_object");
     ATF_REQUIRE_EQ(static_cast<int>(proto::Op::access), 36);
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::access)), "access");
-    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(37))), "unknown");
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::session), 37);
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::session)), "session");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(38))), "unknown");
     const proto::Request req = samples::request(proto::TruncateObjectRequest{});
     ATF_REQUIRE(req.op() == proto::Op::truncate_object);
     // The op is on the wire at bytes 6..7.
@@ -386,12 +388,77 @@ ATF_TEST_CASE_BODY(wrong_op)
 ATF_TEST_CASE_WITHOUT_HEAD(nonzero_flags);
 ATF_TEST_CASE_BODY(nonzero_flags)
 {
-    for (const std::uint32_t flags : {1U, 0x80000000U, 0xFFFFFFFFU}) {
+    // Bit 0 is request_has_once (once_ids below); every other bit is unknown.
+    for (const std::uint32_t flags : {2U, 0x80000000U, 0xFFFFFFFFU}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u32(m, request_flags_at, flags);
         resign(m);
         require_error(decode_request(m), DecodeError::bad_flags, "flags");
     }
+}
+
+// Exactly-once ids travel only with the flag, and are checked.
+ATF_TEST_CASE_WITHOUT_HEAD(once_ids);
+ATF_TEST_CASE_BODY(once_ids)
+{
+    const auto key = samples::test_key();
+    proto::Request req = samples::request(proto::RemoveRequest{.parent = 9, .name = "f"}, 2);
+    ATF_REQUIRE(req.once.present());
+    const auto with = encoded(req, key);
+    proto::Request plain_req = req;
+    plain_req.once = {};
+    const auto without = encoded(plain_req, key);
+    ATF_REQUIRE_EQ(with.size(), without.size() + 24);
+    proto::Request back;
+    ATF_REQUIRE(proto::decode(without, key, back));
+    ATF_REQUIRE(!back.once.present());
+    ATF_REQUIRE(proto::decode(with, key, back));
+    ATF_REQUIRE(back.once == req.once);
+    // The ids start after the timestamp: flags, request_id, session, seq, time.
+    constexpr std::size_t once_at = request_flags_at + 4 + 8 + 8 + 8 + 8;
+    struct Bad {
+        std::size_t at;
+        std::uint32_t value;
+        const char *what;
+    };
+    for (const Bad &bad : {Bad{once_at, 0, "client 0"}, Bad{once_at + 8, proto::max_slots, "slot"},
+                           Bad{once_at + 12, proto::max_steps, "step"}}) {
+        auto m = with;
+        put_u32(m, bad.at, bad.value);
+        if (bad.at == once_at)
+            put_u32(m, bad.at + 4, 0); // all 64 bits of the client id
+        resign(m);
+        require_error(decode_request(m), DecodeError::bad_value, bad.what);
+    }
+    // A retry has the same body, so the same digest; another body differs.
+    std::vector<std::byte> scratch;
+    const auto d1 = proto::body_digest(req.body, scratch);
+    ATF_REQUIRE(d1 == proto::body_digest(back.body, scratch));
+    ATF_REQUIRE(d1 != proto::body_digest(proto::RemoveRequest{.parent = 9, .name = "g"}, scratch));
+    ATF_REQUIRE(d1 != proto::body_digest(proto::RmdirRequest{.parent = 9, .name = "f"}, scratch));
+}
+
+// The reply cache's body codec: every response body round-trips.
+ATF_TEST_CASE_WITHOUT_HEAD(body_codec);
+ATF_TEST_CASE_BODY(body_codec)
+{
+    std::vector<std::byte> bytes;
+    std::uint16_t op = 0;
+    for (const auto &body : samples::response_bodies()) {
+        ++op;
+        proto::encode_body(body, bytes);
+        proto::ResponseBody back;
+        const auto r = proto::decode_body(static_cast<proto::Op>(op), bytes, back);
+        if (!r)
+            ATF_FAIL(std::string(proto::op_name(static_cast<proto::Op>(op))) + ": " + r.message());
+        ATF_REQUIRE(back == body);
+        if (!bytes.empty()) {
+            bytes.pop_back();
+            ATF_REQUIRE(!proto::decode_body(static_cast<proto::Op>(op), bytes, back));
+        }
+    }
+    proto::ResponseBody unused;
+    ATF_REQUIRE(!proto::decode_body(static_cast<proto::Op>(0), bytes, unused));
 }
 
 ATF_TEST_CASE_WITHOUT_HEAD(truncated_at_every_byte);
@@ -878,6 +945,8 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, wrong_version);
     ATF_ADD_TEST_CASE(tcs, wrong_op);
     ATF_ADD_TEST_CASE(tcs, nonzero_flags);
+    ATF_ADD_TEST_CASE(tcs, once_ids);
+    ATF_ADD_TEST_CASE(tcs, body_codec);
     ATF_ADD_TEST_CASE(tcs, truncated_at_every_byte);
     ATF_ADD_TEST_CASE(tcs, lengths_over_limits);
     ATF_ADD_TEST_CASE(tcs, counts_beyond_bytes_left);

@@ -167,6 +167,8 @@ inline std::vector<proto::RequestBody> request_bodies()
             .parent = d, .name = "remote", .handle = pvfs::make_handle(1, 77), .owner_uid = 4242},
         RemoveDirObjectRequest{.handle = pvfs::make_handle(1, 78)},
         AccessRequest{.handle = h, .mask = access_read | access_write},
+        SessionRequest{
+            .client_id = 0x0123456789ABCDEF, .action = session_open, .owner = "machine:/mnt/pvfs"},
     };
 }
 
@@ -239,6 +241,7 @@ inline std::vector<proto::ResponseBody> response_bodies()
         UnlinkDirResponse{},
         RemoveDirObjectResponse{},
         AccessResponse{},
+        SessionResponse{.server_boot = 0xFEDCBA9876543210, .max_slots = max_slots},
     };
 }
 
@@ -248,6 +251,12 @@ inline proto::Request request(proto::RequestBody body, std::uint64_t n = 1)
             .session = 0xABCDEF0123456789,
             .seq = 1000 + n,
             .time_ns = 1'763'800'000'123'456'789,
+            // Every other sample carries exactly-once ids.
+            .once = n % 2 == 0 ? proto::OnceIds{.client_id = 0x5EED5EED5EED5EED + n,
+                                                .slot = static_cast<std::uint32_t>(n % 64),
+                                                .step = 1,
+                                                .xid = 77 + n}
+                               : proto::OnceIds{},
             .cred = credentials(),
             .body = std::move(body)};
 }

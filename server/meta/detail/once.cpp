@@ -1,0 +1,305 @@
+// Sessions and the reply cache (docs/metadata.md "Sessions and the reply
+// cache"): the records that make a retried change return its first result.
+//
+//   sessions: client id BE -> format u8, created_ns u64, owner length u8, owner
+//   replies:  (client id BE, slot BE as u64) -> format u8, xid u64, steps u8,
+//             then per step: step u32, op u16, status i32, digest 16 bytes,
+//             body length u16, body
+//
+// Both are written in the batch of the operation they belong to, so a
+// reply is durable exactly when its operation is.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "detail/lmdb.hpp"
+#include "detail/ops.hpp"
+#include "pvfs/gossip.hpp"
+
+namespace pvfs::meta::ops {
+
+namespace gossip = pvfs::gossip;
+using records::Bytes;
+using records::Key;
+
+namespace {
+
+constexpr std::uint8_t session_format = 1;
+constexpr std::uint8_t reply_format = 1;
+constexpr std::size_t max_owner = 255;
+constexpr std::size_t step_header = 4 + 2 + 4 + 16 + 2;
+
+class Out {
+public:
+    template <typename T> void put(T v)
+    {
+        auto u = static_cast<std::uint64_t>(v);
+        for (std::size_t i = 0; i < sizeof(T); ++i) {
+            bytes.push_back(static_cast<std::uint8_t>(u & 0xFFU));
+            u >>= 8U;
+        }
+    }
+    void put(Bytes b) { bytes.insert(bytes.end(), b.begin(), b.end()); }
+    std::vector<std::uint8_t> bytes;
+};
+
+// Reads little-endian fields; ok() turns false at the first short read.
+class In {
+public:
+    explicit In(Bytes b) noexcept : in_(b) {}
+    template <typename T> T get() noexcept
+    {
+        if (in_.size() - pos_ < sizeof(T)) {
+            ok_ = false;
+            return T{};
+        }
+        std::uint64_t u = 0;
+        for (std::size_t i = 0; i < sizeof(T); ++i)
+            u |= static_cast<std::uint64_t>(in_[pos_++]) << (8U * i);
+        return static_cast<T>(u);
+    }
+    Bytes take(std::size_t n) noexcept
+    {
+        if (in_.size() - pos_ < n) {
+            ok_ = false;
+            return {};
+        }
+        const Bytes b = in_.subspan(pos_, n);
+        pos_ += n;
+        return b;
+    }
+    [[nodiscard]] bool ok() const noexcept { return ok_; }
+    [[nodiscard]] bool done() const noexcept { return ok_ && pos_ == in_.size(); }
+
+private:
+    Bytes in_;
+    std::size_t pos_ = 0;
+    bool ok_ = true;
+};
+
+struct Step {
+    std::uint32_t step = 0;
+    SavedReply reply;
+};
+struct SlotRecord {
+    std::uint64_t xid = 0;
+    std::vector<Step> steps;
+};
+
+[[nodiscard]] int decode_slot(Bytes value, SlotRecord &out)
+{
+    In in(value);
+    const auto format = in.get<std::uint8_t>();
+    out.xid = in.get<std::uint64_t>();
+    const auto count = in.get<std::uint8_t>();
+    if (!in.ok() || format != reply_format || count > max_reply_steps) {
+        gossip::error(gossip::Mask::meta, "damaged reply cache record");
+        return -EIO;
+    }
+    out.steps.resize(count);
+    for (Step &s : out.steps) {
+        s.step = in.get<std::uint32_t>();
+        s.reply.op = in.get<std::uint16_t>();
+        s.reply.status = in.get<std::int32_t>();
+        const Bytes digest = in.take(s.reply.digest.size());
+        if (in.ok())
+            std::copy(digest.begin(), digest.end(), s.reply.digest.begin());
+        const auto length = in.get<std::uint16_t>();
+        const Bytes body = in.take(length);
+        s.reply.body.assign(body.begin(), body.end());
+    }
+    if (!in.done()) {
+        gossip::error(gossip::Mask::meta, "damaged reply cache record");
+        return -EIO;
+    }
+    return 0;
+}
+
+[[nodiscard]] std::vector<std::uint8_t> encode_slot(const SlotRecord &r)
+{
+    Out out;
+    std::size_t size = 1 + 8 + 1;
+    for (const Step &s : r.steps)
+        size += step_header + s.reply.body.size();
+    out.bytes.reserve(size);
+    out.put(reply_format);
+    out.put(r.xid);
+    out.put(static_cast<std::uint8_t>(r.steps.size()));
+    for (const Step &s : r.steps) {
+        out.put(s.step);
+        out.put(s.reply.op);
+        out.put(s.reply.status);
+        out.put(Bytes(s.reply.digest));
+        out.put(static_cast<std::uint16_t>(s.reply.body.size()));
+        out.put(Bytes(s.reply.body));
+    }
+    return std::move(out.bytes);
+}
+
+[[nodiscard]] int get(const Tx &tx, MDB_dbi dbi, Bytes key, Bytes &value) noexcept
+{
+    MDB_val k = lmdb::val(key);
+    MDB_val v{};
+    const int rc = mdb_get(tx.txn, dbi, &k, &v);
+    if (rc != 0)
+        return lmdb::to_errno(rc, "mdb_get");
+    value = lmdb::bytes(v);
+    return 0;
+}
+
+[[nodiscard]] int put(const Tx &tx, MDB_dbi dbi, Bytes key, Bytes value) noexcept
+{
+    MDB_val k = lmdb::val(key);
+    MDB_val v = lmdb::val(value);
+    return lmdb::to_errno(mdb_put(tx.txn, dbi, &k, &v, 0), "mdb_put");
+}
+
+[[nodiscard]] int decode_session(std::uint64_t client_id, Bytes value, SessionRecord &out)
+{
+    In in(value);
+    const auto format = in.get<std::uint8_t>();
+    out.client_id = client_id;
+    out.created_ns = in.get<std::uint64_t>();
+    const auto length = in.get<std::uint8_t>();
+    const Bytes owner = in.take(length);
+    if (!in.done() || format != session_format) {
+        gossip::error(gossip::Mask::meta, "damaged session record of client {:016x}", client_id);
+        return -EIO;
+    }
+    out.owner.assign(reinterpret_cast<const char *>(owner.data()), owner.size()); // NOLINT
+    return 0;
+}
+
+} // namespace
+
+int reply_find(Tx &tx, const ReplyId &id, ReplyMatch &match, SavedReply &out)
+{
+    match = ReplyMatch::none;
+    const Key key(id.client_id, std::uint64_t{id.slot});
+    Bytes value;
+    if (const int rc = get(tx, tx.tables->replies, key.bytes(), value); rc != 0)
+        return rc == -ENOENT ? 0 : rc;
+    SlotRecord record;
+    if (const int rc = decode_slot(value, record); rc != 0)
+        return rc;
+    if (record.xid > id.xid) {
+        match = ReplyMatch::stale;
+        return 0;
+    }
+    if (record.xid < id.xid)
+        return 0;
+    const auto it = std::find_if(record.steps.begin(), record.steps.end(),
+                                 [&id](const Step &s) { return s.step == id.step; });
+    if (it != record.steps.end()) {
+        match = ReplyMatch::found;
+        out = std::move(it->reply);
+    }
+    return 0;
+}
+
+int reply_save(Tx &tx, const ReplyId &id, const SavedReply &reply)
+{
+    if (reply.body.size() > max_reply_body)
+        return -E2BIG;
+    const Key key(id.client_id, std::uint64_t{id.slot});
+    SlotRecord record;
+    Bytes value;
+    if (const int rc = get(tx, tx.tables->replies, key.bytes(), value); rc == 0) {
+        if (const int d = decode_slot(value, record); d != 0)
+            return d;
+    } else if (rc != -ENOENT) {
+        return rc;
+    }
+    if (record.xid != id.xid) {
+        record.xid = id.xid;
+        record.steps.clear();
+    }
+    const auto it = std::find_if(record.steps.begin(), record.steps.end(),
+                                 [&id](const Step &s) { return s.step == id.step; });
+    if (it != record.steps.end()) {
+        it->reply = reply;
+    } else {
+        if (record.steps.size() >= max_reply_steps)
+            return -E2BIG;
+        record.steps.push_back(Step{id.step, reply});
+    }
+    const std::vector<std::uint8_t> bytes = encode_slot(record);
+    return put(tx, tx.tables->replies, key.bytes(), bytes);
+}
+
+int session_put(Tx &tx, const SessionRecord &session)
+{
+    if (session.client_id == 0 || session.owner.size() > max_owner)
+        return -EINVAL;
+    Out out;
+    out.put(session_format);
+    out.put(session.created_ns);
+    out.put(static_cast<std::uint8_t>(session.owner.size()));
+    out.put(Bytes(reinterpret_cast<const std::uint8_t *>(session.owner.data()), // NOLINT
+                  session.owner.size()));
+    const Key key(session.client_id);
+    return put(tx, tx.tables->sessions, key.bytes(), out.bytes);
+}
+
+int session_get(Tx &tx, std::uint64_t client_id, SessionRecord &out)
+{
+    const Key key(client_id);
+    Bytes value;
+    if (const int rc = get(tx, tx.tables->sessions, key.bytes(), value); rc != 0)
+        return rc;
+    return decode_session(client_id, value, out);
+}
+
+int session_delete(Tx &tx, std::uint64_t client_id)
+{
+    const Key key(client_id);
+    MDB_val k = lmdb::val(key.bytes());
+    if (const int rc = mdb_del(tx.txn, tx.tables->sessions, &k, nullptr);
+        rc != 0 && rc != MDB_NOTFOUND)
+        return lmdb::to_errno(rc, "mdb_del");
+    // Its slots are the keys that start with its id.
+    lmdb::Cursor cursor;
+    if (const int rc = cursor.open(tx.txn, tx.tables->replies); rc != 0)
+        return rc;
+    const Key first(client_id, std::uint64_t{0});
+    // Seek again after each delete: where a deleting cursor stands has
+    // differed between LMDB releases.
+    for (;;) {
+        MDB_val ck = lmdb::val(first.bytes());
+        MDB_val v{};
+        const int rc = mdb_cursor_get(cursor.get(), &ck, &v, MDB_SET_RANGE);
+        if (rc == MDB_NOTFOUND)
+            return 0;
+        if (rc != 0)
+            return lmdb::to_errno(rc, "mdb_cursor_get");
+        const Bytes found = lmdb::bytes(ck);
+        if (found.size() < 8 || records::load_be64(found) != client_id)
+            return 0;
+        if (const int d = mdb_cursor_del(cursor.get(), 0); d != 0)
+            return lmdb::to_errno(d, "mdb_cursor_del");
+    }
+}
+
+int list_sessions(Tx &tx, std::vector<SessionRecord> &out)
+{
+    out.clear();
+    lmdb::Cursor cursor;
+    if (const int rc = cursor.open(tx.txn, tx.tables->sessions); rc != 0)
+        return rc;
+    MDB_val k{};
+    MDB_val v{};
+    int rc = mdb_cursor_get(cursor.get(), &k, &v, MDB_FIRST);
+    while (rc == 0) {
+        const Bytes key = lmdb::bytes(k);
+        if (key.size() != 8)
+            return -EIO;
+        SessionRecord s;
+        if (const int d = decode_session(records::load_be64(key), lmdb::bytes(v), s); d != 0)
+            return d;
+        out.push_back(std::move(s));
+        rc = mdb_cursor_get(cursor.get(), &k, &v, MDB_NEXT);
+    }
+    return rc == MDB_NOTFOUND ? 0 : lmdb::to_errno(rc, "mdb_cursor_get");
+}
+
+} // namespace pvfs::meta::ops

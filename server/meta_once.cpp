@@ -1,0 +1,288 @@
+// Exactly-once changes on the metadata server (docs/protocol.md "Exactly
+// once", docs/metadata.md "Sessions and the reply cache"): client sessions,
+// the reply cache around each change, and the test faults that lose
+// replies on purpose.
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "meta_service.hpp"
+#include "pvfs/gossip.hpp"
+
+namespace pvfs::server {
+
+namespace {
+
+using gossip::Mask;
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t realtime_now_ns()
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000U +
+           static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::vector<std::uint8_t> to_bytes(const std::vector<std::byte> &b)
+{
+    std::vector<std::uint8_t> out(b.size());
+    std::memcpy(out.data(), b.data(), b.size());
+    return out;
+}
+
+} // namespace
+
+bool parse_faults(std::string_view text, std::vector<MetaFault> &out, std::string &error)
+{
+    out.clear();
+    while (!text.empty()) {
+        const std::size_t comma = text.find(',');
+        const std::string_view item = text.substr(0, comma);
+        text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+        const std::size_t c1 = item.find(':');
+        const std::size_t c2 = c1 == std::string_view::npos ? c1 : item.find(':', c1 + 1);
+        if (c2 == std::string_view::npos) {
+            error = "fault \"" + std::string(item) + "\" is not KIND:OP:N";
+            return false;
+        }
+        MetaFault f;
+        const std::string_view kind = item.substr(0, c1);
+        const std::string_view op = item.substr(c1 + 1, c2 - c1 - 1);
+        const std::string_view nth = item.substr(c2 + 1);
+        if (kind == "drop_reply") {
+            f.kind = MetaFault::Kind::drop_reply;
+        } else if (kind == "crash_after_commit") {
+            f.kind = MetaFault::Kind::crash_after_commit;
+        } else {
+            error = "unknown fault kind \"" + std::string(kind) + "\"";
+            return false;
+        }
+        bool known = false;
+        for (std::uint16_t i = 1; i <= proto::op_count; ++i) {
+            if (op == proto::op_name(static_cast<proto::Op>(i))) {
+                f.op = static_cast<proto::Op>(i);
+                known = true;
+            }
+        }
+        if (!known || !MetaService::handles(f.op)) {
+            error = "fault op \"" + std::string(op) + "\" is not a metadata op";
+            return false;
+        }
+        const auto [end, ec] = std::from_chars(nth.data(), nth.data() + nth.size(), f.nth);
+        if (ec != std::errc{} || end != nth.data() + nth.size() || f.nth == 0) {
+            error = "fault count \"" + std::string(nth) + "\" is not a positive number";
+            return false;
+        }
+        out.push_back(f);
+    }
+    return true;
+}
+
+void MetaService::load_sessions()
+{
+    std::vector<meta::SessionRecord> records;
+    if (const int rc = store_.list_sessions(records); rc != 0) {
+        gossip::error(Mask::meta, "cannot read the client sessions: {}", errno_text(-rc));
+        return;
+    }
+    // Each gets a full ttl from now: how long it was silent before the
+    // restart is not known.
+    const auto now = Clock::now();
+    for (meta::SessionRecord &r : records) {
+        if (!r.owner.empty())
+            owners_[r.owner] = r.client_id;
+        sessions_[r.client_id] = Session{std::move(r.owner), now};
+    }
+    if (!sessions_.empty())
+        gossip::info(Mask::meta, "{} client sessions kept from before the restart",
+                     sessions_.size());
+}
+
+int MetaService::end_session(meta::WriteBatch &batch, std::uint64_t client_id, const char *why)
+{
+    const auto it = sessions_.find(client_id);
+    if (it == sessions_.end())
+        return 0;
+    if (const int rc = batch.session_delete(client_id); rc != 0)
+        return rc;
+    gossip::debug(Mask::meta, "session of client {:016x} ended: {}", client_id, why);
+    if (!it->second.owner.empty()) {
+        const auto o = owners_.find(it->second.owner);
+        if (o != owners_.end() && o->second == client_id)
+            owners_.erase(o);
+    }
+    sessions_.erase(it);
+    return 0;
+}
+
+void MetaService::sweep_sessions(meta::WriteBatch &batch, Clock::time_point now)
+{
+    std::vector<std::uint64_t> silent;
+    for (const auto &[id, s] : sessions_) {
+        if (now - s.last_change >= settings_.session_ttl)
+            silent.push_back(id);
+    }
+    for (const std::uint64_t id : silent) {
+        if (const int rc = end_session(batch, id, "silent for the session ttl"); rc != 0)
+            return;
+    }
+}
+
+void MetaService::apply_session(meta::WriteBatch &batch, Job &job)
+{
+    const auto &req = std::get<proto::SessionRequest>(job.body);
+    job.error = 0;
+    if (job.once.present()) {
+        job.error = EINVAL;
+        return;
+    }
+    if (req.action == proto::session_end) {
+        if (const int rc = end_session(batch, req.client_id, "its client ended it"); rc != 0)
+            job.error = -rc;
+        job.response = proto::SessionResponse{boot_id_, proto::max_slots};
+        return;
+    }
+    const auto now = Clock::now();
+    if (const auto it = sessions_.find(req.client_id); it != sessions_.end()) {
+        // Opened again (a second thread of the client, or its retry).
+        it->second.last_change = now;
+        job.response = proto::SessionResponse{boot_id_, proto::max_slots};
+        return;
+    }
+    if (!req.owner.empty()) {
+        // The same owner with a new id: that client restarted, and nothing
+        // of its old session will be retried.
+        if (const auto o = owners_.find(req.owner); o != owners_.end()) {
+            if (const int rc = end_session(batch, o->second, "its owner opened a new one");
+                rc != 0) {
+                job.error = -rc;
+                return;
+            }
+        }
+    }
+    while (sessions_.size() >= settings_.max_sessions) {
+        const auto oldest =
+            std::min_element(sessions_.begin(), sessions_.end(), [](const auto &a, const auto &b) {
+                return a.second.last_change < b.second.last_change;
+            });
+        gossip::warning(Mask::meta,
+                        "more than {} client sessions: the longest silent ({:016x}) ends, and "
+                        "its retries are no longer exactly-once",
+                        settings_.max_sessions, oldest->first);
+        if (const int rc = end_session(batch, oldest->first, "too many sessions"); rc != 0) {
+            job.error = -rc;
+            return;
+        }
+    }
+    meta::SessionRecord record{req.client_id, realtime_now_ns(), req.owner};
+    if (const int rc = batch.session_put(record); rc != 0) {
+        job.error = -rc;
+        return;
+    }
+    if (!req.owner.empty())
+        owners_[req.owner] = req.client_id;
+    sessions_[req.client_id] = Session{req.owner, now};
+    job.response = proto::SessionResponse{boot_id_, proto::max_slots};
+}
+
+void MetaService::apply_once(meta::WriteBatch &batch, Job &job)
+{
+    const proto::OnceIds &ids = job.once;
+    const auto session = sessions_.find(ids.client_id);
+    if (session == sessions_.end()) {
+        // Ended (ttl, too many, its client restarted) or never opened: the
+        // client opens a new one and sends the change again.
+        job.error = EBADR;
+        return;
+    }
+    session->second.last_change = Clock::now();
+    const meta::ReplyId id{ids.client_id, ids.slot, ids.xid, ids.step};
+    const proto::BodyDigest digest = proto::body_digest(job.body, digest_scratch_);
+    meta::ReplyMatch match = meta::ReplyMatch::none;
+    meta::SavedReply saved;
+    if (const int rc = batch.reply_find(id, match, saved); rc != 0) {
+        job.error = -rc;
+        return;
+    }
+    if (match == meta::ReplyMatch::stale) {
+        gossip::debug(Mask::meta, "{} of client {:016x} slot {} xid {}: an old retry, dropped",
+                      proto::op_name(job.origin.op), ids.client_id, ids.slot, ids.xid);
+        job.error = EALREADY;
+        return;
+    }
+    if (match == meta::ReplyMatch::found) {
+        if (saved.op != static_cast<std::uint16_t>(job.origin.op) ||
+            std::memcmp(saved.digest.data(), digest.data(), digest.size()) != 0) {
+            gossip::warning(Mask::meta,
+                            "{} of client {:016x} slot {} xid {} step {} reuses the ids of "
+                            "another request: refused",
+                            proto::op_name(job.origin.op), ids.client_id, ids.slot, ids.xid,
+                            ids.step);
+            job.error = EIO;
+            return;
+        }
+        gossip::debug(Mask::meta,
+                      "{} of client {:016x} slot {} xid {}: a retry, answered from "
+                      "the reply cache",
+                      proto::op_name(job.origin.op), ids.client_id, ids.slot, ids.xid);
+        job.error = saved.status;
+        if (saved.status == 0) {
+            const std::span<const std::byte> body(
+                reinterpret_cast<const std::byte *>(saved.body.data()), // NOLINT
+                saved.body.size());
+            if (const proto::DecodeResult d = proto::decode_body(job.origin.op, body, job.response);
+                !d) {
+                gossip::error(Mask::meta, "a cached reply does not decode: {}", d.message());
+                job.error = EIO;
+            }
+        }
+        return;
+    }
+    if (const int rc = batch.begin_unit(); rc != 0) {
+        job.error = -rc;
+        return;
+    }
+    apply(batch, job);
+    meta::SavedReply reply;
+    reply.op = static_cast<std::uint16_t>(job.origin.op);
+    reply.status = job.error;
+    std::memcpy(reply.digest.data(), digest.data(), digest.size());
+    if (job.error == 0) {
+        proto::encode_body(job.response, digest_scratch_);
+        reply.body = to_bytes(digest_scratch_);
+    }
+    int rc = batch.reply_save(id, reply);
+    if (rc == 0)
+        rc = batch.end_unit(true);
+    if (rc != 0) {
+        // Neither the change nor its reply: a retry runs it again.
+        static_cast<void>(batch.end_unit(false));
+        gossip::error(Mask::meta, "{} of client {:016x}: its reply cannot be kept: {}",
+                      proto::op_name(job.origin.op), ids.client_id, errno_text(-rc));
+        job.error = -rc;
+    }
+}
+
+bool MetaService::fault_fires(const Job &job, MetaFault::Kind &kind)
+{
+    if (settings_.faults.empty())
+        return false;
+    const std::uint64_t n = ++answered_[job.origin.op];
+    for (const MetaFault &f : settings_.faults) {
+        if (f.op == job.origin.op && f.nth == n) {
+            kind = f.kind;
+            return true;
+        }
+    }
+    return false;
+}
+
+} // namespace pvfs::server

@@ -1,0 +1,217 @@
+// Tests of the metadata store's sessions and reply cache
+// (meta_store.hpp, "exactly once"): a reply is durable exactly when its
+// operation is, a unit keeps both or neither, a new xid replaces a slot's
+// steps, an older xid is stale, and ending a session removes its replies.
+#include <atf-c++.hpp>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "meta_store.hpp"
+#include "pvfs/types.hpp"
+
+namespace meta = pvfs::meta;
+using meta::ReplyId;
+using meta::ReplyMatch;
+using meta::SavedReply;
+using meta::Store;
+using meta::WriteBatch;
+using pvfs::Attr;
+using pvfs::Credentials;
+using pvfs::root_handle;
+
+namespace {
+
+const Credentials root{0, 0, {}};
+
+meta::Options options()
+{
+    meta::Options o;
+    o.path = "store";
+    o.default_layout = pvfs::Layout{1U << 20U, 1, 0};
+    o.durable = false;
+    o.map_size = std::uint64_t{1} << 30U;
+    return o;
+}
+
+void check(int got, int want, const std::string &what)
+{
+    if (got != want)
+        ATF_FAIL(fmt::format("{}: got {}, want {}", what, got, want));
+}
+
+SavedReply reply(std::uint16_t op, std::int32_t status, std::uint8_t fill)
+{
+    SavedReply r;
+    r.op = op;
+    r.status = status;
+    r.digest.fill(fill);
+    r.body.assign(40, fill);
+    return r;
+}
+
+ReplyMatch find(Store &s, const ReplyId &id, SavedReply &out)
+{
+    WriteBatch b = s.batch();
+    ReplyMatch m = ReplyMatch::none;
+    check(b.reply_find(id, m, out), 0, "reply_find");
+    return m;
+}
+
+// create "name" and its reply in one unit, kept or not.
+void create_with_reply(WriteBatch &b, const ReplyId &id, const std::string &name, bool keep)
+{
+    check(b.begin_unit(), 0, "begin_unit");
+    meta::CreateResult result;
+    check(b.create(root, root_handle, name, 0644, true, {}, result), 0, "create");
+    check(b.reply_save(id, reply(6, 0, 0xAB)), 0, "reply_save");
+    check(b.end_unit(keep), 0, "end_unit");
+}
+
+bool exists(const Store &s, const std::string &name)
+{
+    Attr a;
+    return s.lookup(root, root_handle, name, a) == 0;
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(reply_with_its_operation);
+ATF_TEST_CASE_BODY(reply_with_its_operation)
+{
+    Store s;
+    check(s.open(options()), 0, "open");
+    const ReplyId id{0x1234, 5, 100, 0};
+    {
+        // Unit kept, batch committed: both.
+        WriteBatch b = s.batch();
+        create_with_reply(b, id, "kept", true);
+        check(b.commit(), 0, "commit");
+    }
+    SavedReply out;
+    ATF_REQUIRE(find(s, id, out) == ReplyMatch::found);
+    ATF_REQUIRE(out == reply(6, 0, 0xAB));
+    ATF_REQUIRE(exists(s, "kept"));
+    {
+        // Unit dropped: neither, even though the batch commits.
+        WriteBatch b = s.batch();
+        create_with_reply(b, ReplyId{0x1234, 6, 101, 0}, "dropped", false);
+        check(b.commit(), 0, "commit");
+    }
+    ATF_REQUIRE(find(s, ReplyId{0x1234, 6, 101, 0}, out) == ReplyMatch::none);
+    ATF_REQUIRE(!exists(s, "dropped"));
+    {
+        // Batch aborted: neither.
+        WriteBatch b = s.batch();
+        create_with_reply(b, ReplyId{0x1234, 7, 102, 0}, "aborted", true);
+        b.abort();
+    }
+    ATF_REQUIRE(find(s, ReplyId{0x1234, 7, 102, 0}, out) == ReplyMatch::none);
+    ATF_REQUIRE(!exists(s, "aborted"));
+    // Durable: still there after reopening.
+    s.close();
+    check(s.open(options()), 0, "reopen");
+    ATF_REQUIRE(find(s, id, out) == ReplyMatch::found);
+    ATF_REQUIRE(out == reply(6, 0, 0xAB));
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(failed_operation_keeps_its_reply);
+ATF_TEST_CASE_BODY(failed_operation_keeps_its_reply)
+{
+    Store s;
+    check(s.open(options()), 0, "open");
+    const ReplyId id{7, 0, 1, 0};
+    WriteBatch b = s.batch();
+    check(b.begin_unit(), 0, "begin_unit");
+    check(b.rmdir(root, root_handle, "missing"), -ENOENT, "rmdir");
+    check(b.reply_save(id, reply(13, ENOENT, 1)), 0, "reply_save");
+    check(b.end_unit(true), 0, "end_unit");
+    check(b.commit(), 0, "commit");
+    SavedReply out;
+    ATF_REQUIRE(find(s, id, out) == ReplyMatch::found);
+    check(out.status, ENOENT, "status");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(slots_steps_and_stale_xids);
+ATF_TEST_CASE_BODY(slots_steps_and_stale_xids)
+{
+    Store s;
+    check(s.open(options()), 0, "open");
+    auto save = [&s](const ReplyId &id, std::uint8_t fill) {
+        WriteBatch b = s.batch();
+        check(b.reply_save(id, reply(31, 0, fill)), 0, "reply_save");
+        check(b.commit(), 0, "commit");
+    };
+    save({9, 3, 50, 0}, 1);
+    save({9, 3, 50, 2}, 2); // another step of the same operation
+    SavedReply out;
+    ATF_REQUIRE(find(s, {9, 3, 50, 0}, out) == ReplyMatch::found && out.digest[0] == 1);
+    ATF_REQUIRE(find(s, {9, 3, 50, 2}, out) == ReplyMatch::found && out.digest[0] == 2);
+    ATF_REQUIRE(find(s, {9, 3, 50, 1}, out) == ReplyMatch::none);
+    // The slot's next operation replaces both steps.
+    save({9, 3, 51, 0}, 3);
+    ATF_REQUIRE(find(s, {9, 3, 51, 0}, out) == ReplyMatch::found && out.digest[0] == 3);
+    ATF_REQUIRE(find(s, {9, 3, 50, 2}, out) == ReplyMatch::stale);
+    ATF_REQUIRE(find(s, {9, 3, 50, 0}, out) == ReplyMatch::stale);
+    // Other slots and clients are apart.
+    ATF_REQUIRE(find(s, {9, 4, 51, 0}, out) == ReplyMatch::none);
+    ATF_REQUIRE(find(s, {10, 3, 51, 0}, out) == ReplyMatch::none);
+    // Bounds.
+    WriteBatch b = s.batch();
+    SavedReply big = reply(31, 0, 4);
+    big.body.assign(meta::max_reply_body + 1, 0);
+    check(b.reply_save({9, 5, 1, 0}, big), -E2BIG, "a body over the limit");
+    for (std::uint32_t step = 0; step < meta::max_reply_steps; ++step)
+        check(b.reply_save({9, 6, 1, step}, reply(31, 0, 5)), 0, "a step");
+    check(b.reply_save({9, 6, 1, 99}, reply(31, 0, 5)), -E2BIG, "a step over the limit");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(sessions);
+ATF_TEST_CASE_BODY(sessions)
+{
+    Store s;
+    check(s.open(options()), 0, "open");
+    {
+        WriteBatch b = s.batch();
+        check(b.session_put({41, 1000, "host:/mnt/a"}), 0, "session_put");
+        check(b.session_put({42, 2000, ""}), 0, "session_put");
+        check(b.session_put({0, 1, ""}), -EINVAL, "client 0");
+        check(b.session_put({43, 1, std::string(256, 'o')}), -EINVAL, "owner too long");
+        for (std::uint32_t slot = 0; slot < 3; ++slot) {
+            check(b.reply_save({41, slot, 1, 0}, reply(6, 0, 1)), 0, "reply of 41");
+            check(b.reply_save({42, slot, 1, 0}, reply(6, 0, 2)), 0, "reply of 42");
+        }
+        check(b.commit(), 0, "commit");
+    }
+    std::vector<meta::SessionRecord> list;
+    check(s.list_sessions(list), 0, "list_sessions");
+    check(static_cast<int>(list.size()), 2, "sessions");
+    ATF_REQUIRE(list[0] == (meta::SessionRecord{41, 1000, "host:/mnt/a"}));
+    {
+        WriteBatch b = s.batch();
+        check(b.session_delete(41), 0, "session_delete");
+        meta::SessionRecord r;
+        check(b.session_get(41, r), -ENOENT, "deleted session");
+        check(b.session_get(42, r), 0, "other session");
+        check(b.commit(), 0, "commit");
+    }
+    SavedReply out;
+    for (std::uint32_t slot = 0; slot < 3; ++slot) {
+        ATF_REQUIRE(find(s, {41, slot, 1, 0}, out) == ReplyMatch::none);
+        ATF_REQUIRE(find(s, {42, slot, 1, 0}, out) == ReplyMatch::found);
+    }
+    check(s.list_sessions(list), 0, "list_sessions");
+    check(static_cast<int>(list.size()), 1, "sessions left");
+}
+
+ATF_INIT_TEST_CASES(tcs)
+{
+    ATF_ADD_TEST_CASE(tcs, reply_with_its_operation);
+    ATF_ADD_TEST_CASE(tcs, failed_operation_keeps_its_reply);
+    ATF_ADD_TEST_CASE(tcs, slots_steps_and_stale_xids);
+    ATF_ADD_TEST_CASE(tcs, sessions);
+}
