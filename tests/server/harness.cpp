@@ -344,6 +344,7 @@ proto::Request RawClient::make_request(proto::RequestBody body)
     r.seq = ++seq_;
     r.time_ns = realtime_ns();
     r.cred = cred;
+    r.once = once;
     r.body = std::move(body);
     return r;
 }

@@ -156,7 +156,8 @@ public:
                                                    int timeout_ms);
 
     [[nodiscard]] const proto::Key &key() const noexcept { return key_; }
-    Credentials cred; // sent with every request
+    Credentials cred;    // sent with every request
+    proto::OnceIds once; // likewise (none by default)
 
 private:
     proto::Request make_request(proto::RequestBody body);
