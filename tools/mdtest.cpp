@@ -53,6 +53,7 @@ struct Plan {
     std::string dir = "/pvfs-mdtest";
     unsigned files = 1000;
     bool separate = false;
+    bool exactly_once = true;
 };
 
 std::string client_dir(const Plan &p, unsigned id)
@@ -112,6 +113,7 @@ Report local_phase(const std::string &dir, unsigned id, unsigned files, std::siz
         o.key_file = p.target.key_file;
         // Every stat must ask the server, as mdtest's would.
         o.attr_timeout = std::chrono::milliseconds(0);
+        o.exactly_once = p.exactly_once;
         std::string error;
         c = client::Client::connect(o, error);
         Attr a;
@@ -154,8 +156,12 @@ static int run(int argc, char **argv)
                "/pvfs-mdtest)");
     app.option("--local", plan.local, "run against this local directory instead of pvfs");
     app.flag("--json", json, "print the result as JSON");
+    bool no_reply_cache = false;
+    app.flag("--no-reply-cache", no_reply_cache,
+             "changes without exactly-once ids (what the servers' reply cache costs)");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
+    plan.exactly_once = !no_reply_cache;
 
     std::unique_ptr<client::Client> c;
     std::vector<std::string> dirs{plan.dir};

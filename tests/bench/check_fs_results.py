@@ -40,6 +40,9 @@ def expected_targets():
     for suffix in ("", " --separate"):
         names[f"creates/s 1 client durable{suffix}"] = ("value", ">= 1500", 1500.0)
         names[f"creates/s 4 clients durable{suffix}"] = ("value", ">= 4000", 4000.0)
+    for c in MD_CLIENTS:
+        for op in ("create", "remove"):
+            names[f"{op}s/s C={c}, reply cache on/off"] = ("ratio", ">= 0.95", 0.95)
     return names
 
 
@@ -88,7 +91,8 @@ def check_data(out):
                 expect[("pvfs-bench", "pvfs", "tmpfs", op, str(c), str(s))] = REPS
     for c in MD_CLIENTS:
         for layout in ("shared", "separate"):
-            for target in ("pvfs", "local"):
+            targets = ("pvfs", "pvfs-nocache", "local") if layout == "shared" else ("pvfs", "local")
+            for target in targets:
                 for op in ("create", "stat", "remove"):
                     expect[("pvfs-mdtest", layout, target, op, str(c), "")] = REPS
     for what in ("pvfs", "dd"):
