@@ -10,6 +10,12 @@
  * Consistency is close-to-open, as in NFS: open revalidates the attributes
  * (dropping cached pages another client made stale), close writes dirty
  * pages back and reports errors.
+ * Writeback never drops data it could not write for a passing reason (a
+ * server or pvfsd away, a signal): those folios stay dirty, the flusher
+ * retries them, and fsync and close wait, retrying, until they are written
+ * or fail for good.  An error for good (ENOSPC, EIO...) goes to the
+ * mapping's errseq, so fsync or close reports it once per open file
+ * description, and the unwritten folios are dropped before the next read.
  * Locks (flock, POSIX) are the VFS's local ones: they hold among the
  * processes of one node only.
  */
@@ -20,6 +26,7 @@
 #include <linux/mm.h>
 #include <linux/mpage.h>
 #include <linux/pagemap.h>
+#include <linux/pagevec.h>
 #include <linux/slab.h>
 #include <linux/uio.h>
 #include <linux/writeback.h>
@@ -313,21 +320,101 @@ static struct pvfs_wb_batch *pvfs_wb_filling(struct pvfs_wb *wb)
 	return &wb->batches[(wb->head + wb->sent) % PVFS_IO_DEPTH];
 }
 
-/* Ends the writeback of @b's folios with @done bytes written or an error. */
+/*
+ * Whether a WRITE that failed with @err may succeed when sent again: the
+ * daemon or a server was away or busy, or the waiter was interrupted (the
+ * daemon answers a cancelled op -ECANCELED).  Its folios stay dirty for the
+ * next pass.  Anything else (ENOSPC, EDQUOT, EIO, ESTALE, EFBIG, EROFS...)
+ * is the file's error.
+ */
+static bool pvfs_wb_transient(int err)
+{
+	switch (err) {
+	case -EINTR:
+	case -ERESTARTSYS:
+	case -ERESTARTNOINTR:
+	case -ERESTARTNOHAND:
+	case -ERESTART_RESTARTBLOCK:
+	case -ECANCELED:
+	case -ENOMEM:
+	case -EAGAIN:
+	case -ENOTCONN:
+	case -ECONNREFUSED:
+	case -ECONNRESET:
+	case -ECONNABORTED:
+	case -ETIMEDOUT:
+	case -EHOSTUNREACH:
+	case -EHOSTDOWN:
+	case -ENETUNREACH:
+	case -ENETDOWN:
+	case -ENETRESET:
+	case -EPIPE:
+	case -ESHUTDOWN:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * A WRITE failed for good: the error goes to the mapping once (each open
+ * file description reports it once, at fsync or close), and the folios,
+ * ended clean, must not be read as if the servers held them.
+ */
+static void pvfs_wb_fail(struct pvfs_wb *wb, int err)
+{
+	struct inode *inode = wb->inode;
+
+	/* kernel-internal codes (ERESTARTSYS and above) mean nothing to a reader */
+	if (-err >= ERESTARTSYS)
+		err = -EIO;
+	mapping_set_error(inode->i_mapping, err);
+	set_bit(PVFS_INO_DATA_INVALID, &PVFS_I(inode)->flags);
+	pvfs_attr_stale(inode);
+	if (!wb->err)
+		wb->err = err;
+}
+
+/*
+ * Ends the writeback of @b's folios with @done bytes written or an error.
+ * A folio is clean only once all of it was written.  After a transient
+ * error, or past a short count, folios are dirtied again before their
+ * writeback ends (truncation waits for the end, so it cannot slip in) and
+ * the next pass sends them again: a short count is the daemon saying the
+ * rest did not get there yet, and the retry reports the rest's error if
+ * it has one.  A count of 0 (no progress and no errno) or above what was
+ * sent is a daemon's fault: EIO.
+ */
 static void pvfs_wb_end(struct pvfs_wb *wb, struct pvfs_wb_batch *b, ssize_t done)
 {
+	struct address_space *mapping = wb->inode->i_mapping;
+	bool transient = false;
 	unsigned int i;
 
-	if (done >= 0 && (size_t)done < b->len)
+	if (done == 0 || done > (ssize_t)b->len)
 		done = -EIO;
-	for (i = 0; i < b->nr; i++) {
-		if (done < 0)
-			mapping_set_error(b->folios[i]->mapping, done);
-		folio_end_writeback(b->folios[i]);
-		folio_put(b->folios[i]);
+	if (done < 0 && pvfs_wb_transient(done)) {
+		transient = true;
+		if (done != -ERESTARTSYS && done != -EINTR && done != -ECANCELED)
+			pr_info_ratelimited("inode %lu: WRITE at %lld failed (%zd); sent again later\n",
+					    wb->inode->i_ino, b->start, done);
+	} else if (done < 0) {
+		pvfs_wb_fail(wb, done);
 	}
-	if (done < 0 && !wb->err)
-		wb->err = done;
+	if (transient || (done > 0 && (size_t)done < b->len)) {
+		atomic_inc(&PVFS_I(wb->inode)->wb_retries);
+		/* counted before any writeback ends: a waiter it wakes sees the count */
+		smp_mb__after_atomic();
+	}
+	for (i = 0; i < b->nr; i++) {
+		struct folio *folio = b->folios[i];
+		loff_t end = min_t(loff_t, folio_pos(folio) + folio_size(folio), b->start + b->len);
+
+		if (transient || (done > 0 && end - b->start > done))
+			filemap_dirty_folio(mapping, folio);
+		folio_end_writeback(folio);
+		folio_put(folio);
+	}
 	pvfs_op_put(b->op);
 	b->op = NULL;
 	b->nr = 0;
@@ -464,6 +551,81 @@ const struct address_space_operations pvfs_aops = {
 	.direct_IO = noop_direct_IO,
 };
 
+/* ---- waiting for writeback ---- */
+
+/* Pause before writeback is tried again: 100 ms, doubling up to 5 s. */
+#define PVFS_WB_RETRY_MIN (HZ / 10)
+#define PVFS_WB_RETRY_MAX (5 * HZ)
+
+/* Waits for the writeback of [start, end] to end: killable, as the VFS's wait is not. */
+static int pvfs_wait_writeback(struct address_space *mapping, loff_t start, loff_t end)
+{
+	pgoff_t index = start >> PAGE_SHIFT;
+	pgoff_t last = end >> PAGE_SHIFT;
+	struct folio_batch fbatch;
+	unsigned int i, nr;
+	int err = 0;
+
+	folio_batch_init(&fbatch);
+	while (!err) {
+		nr = filemap_get_folios_tag(mapping, &index, last, PAGECACHE_TAG_WRITEBACK,
+					    &fbatch);
+		if (!nr)
+			break;
+		for (i = 0; i < nr && !err; i++)
+			err = folio_wait_writeback_killable(fbatch.folios[i]);
+		folio_batch_release(&fbatch);
+		cond_resched();
+	}
+	return err;
+}
+
+/*
+ * Writes [start, end] of @inode back and waits for it; with @file (fsync,
+ * close) the error is the one this open file description has not seen yet
+ * (errseq), else (O_DIRECT) the mapping's.  While a pass left folios dirty
+ * after a transient failure (a server or pvfsd away), it waits and tries
+ * again, so it returns once the data is on the servers or failed for good.
+ * Every wait is killable (and interruptible on an "intr" mount); a signal
+ * ends it with -EINTR or -ERESTARTSYS, which is returned, never stored.
+ */
+static int pvfs_write_and_wait(struct inode *inode, struct file *file, loff_t start, loff_t end)
+{
+	atomic_t *retries = &PVFS_I(inode)->wb_retries;
+	unsigned long delay = PVFS_WB_RETRY_MIN;
+	int seen, err;
+
+	for (;;) {
+		seen = atomic_read(retries);
+		err = pvfs_wait_writeback(inode->i_mapping, start, end);
+		if (err)
+			return err;
+		if (file)
+			err = file_write_and_wait_range(file, start, end);
+		else
+			err = filemap_write_and_wait_range(inode->i_mapping, start, end);
+		if (err || atomic_read(retries) == seen)
+			return err;
+		if (fatal_signal_pending(current))
+			return -EINTR;
+		if (PVFS_SB(inode->i_sb)->opts.intr && signal_pending(current))
+			return -ERESTARTSYS;
+		schedule_timeout_killable(delay);
+		delay = min_t(unsigned long, delay * 2, PVFS_WB_RETRY_MAX);
+	}
+}
+
+/*
+ * A WRITE failed for good (pvfs_wb_fail): the folios it carried are clean
+ * but hold bytes the servers lack.  Drop them before anyone reads them;
+ * dirty folios (written since) stay, they go to the servers later.
+ */
+static void pvfs_drop_unwritten(struct inode *inode)
+{
+	if (test_and_clear_bit(PVFS_INO_DATA_INVALID, &PVFS_I(inode)->flags))
+		invalidate_inode_pages2(inode->i_mapping);
+}
+
 /* ---- O_DIRECT: the caller's buffer to and from slots ---- */
 
 static ssize_t pvfs_direct_io(struct kiocb *iocb, struct iov_iter *iter, bool write)
@@ -477,7 +639,7 @@ static ssize_t pvfs_direct_io(struct kiocb *iocb, struct iov_iter *iter, bool wr
 	 * Dirty pages go to the servers first, all of them: one beyond the
 	 * range may be what makes the file reach into it.
 	 */
-	err = filemap_write_and_wait(inode->i_mapping);
+	err = pvfs_write_and_wait(inode, NULL, 0, LLONG_MAX);
 	if (err)
 		return err;
 	while (iov_iter_count(iter)) {
@@ -529,6 +691,7 @@ static int pvfs_open(struct inode *inode, struct file *file)
 
 	if (err)
 		return err;
+	pvfs_drop_unwritten(inode);
 	/* close-to-open: see what other clients wrote before we opened */
 	return pvfs_revalidate(inode, true);
 }
@@ -537,7 +700,7 @@ static int pvfs_flush(struct file *file, fl_owner_t id)
 {
 	if (!(file->f_mode & FMODE_WRITE))
 		return 0;
-	return filemap_write_and_wait(file->f_mapping);
+	return pvfs_write_and_wait(file_inode(file), file, 0, LLONG_MAX);
 }
 
 static int pvfs_fsync(struct file *file, loff_t start, loff_t end, int datasync)
@@ -547,7 +710,7 @@ static int pvfs_fsync(struct file *file, loff_t start, loff_t end, int datasync)
 	struct pvfs_op *op;
 	int err;
 
-	err = file_write_and_wait_range(file, start, end);
+	err = pvfs_write_and_wait(inode, file, start, end);
 	if (err)
 		return err;
 	op = pvfs_op_new(PVFS_SB(inode->i_sb), PVFSD_OP_FSYNC, sizeof(*req), 0);
@@ -570,6 +733,7 @@ static ssize_t pvfs_read_iter(struct kiocb *iocb, struct iov_iter *to)
 		return 0;
 	if (iocb->ki_flags & IOCB_DIRECT)
 		return pvfs_direct_io(iocb, to, false);
+	pvfs_drop_unwritten(inode);
 	err = pvfs_revalidate(inode, false);
 	if (err)
 		return err;
@@ -616,6 +780,12 @@ static loff_t pvfs_llseek(struct file *file, loff_t offset, int whence)
 	return generic_file_llseek(file, offset, whence);
 }
 
+static int pvfs_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	pvfs_drop_unwritten(file_inode(file));
+	return generic_file_mmap(file, vma);
+}
+
 const struct file_operations pvfs_file_fops = {
 	.open = pvfs_open,
 	.flush = pvfs_flush,
@@ -623,7 +793,7 @@ const struct file_operations pvfs_file_fops = {
 	.read_iter = pvfs_read_iter,
 	.write_iter = pvfs_write_iter,
 	.llseek = pvfs_llseek,
-	.mmap = generic_file_mmap,
+	.mmap = pvfs_mmap,
 	.splice_read = pvfs_splice_read,
 	.splice_write = iter_file_splice_write,
 };

@@ -52,6 +52,8 @@ struct inode *pvfs_alloc_inode(struct super_block *sb)
 	pi->blksize = 0;
 	pi->attr_time = 0;
 	pi->perm_time = 0;
+	pi->flags = 0;
+	atomic_set(&pi->wb_retries, 0);
 	return &pi->vfs_inode;
 }
 

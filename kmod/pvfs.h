@@ -96,7 +96,8 @@ void *pvfs_op_req(struct pvfs_op *op);
  * Sends the op and waits for its answer: killable, and interruptible too on
  * an "intr" mount.  With no daemon attached it waits at most the mount's
  * grace time (timeo) for one.  Returns the daemon's status (0 or a negative
- * errno) or -EIO (grace expired, umount -f), -EINTR/-ERESTARTSYS (signal),
+ * errno) or -EIO (grace expired, umount -f), -EINTR/-ERESTARTSYS (signal:
+ * fine for a syscall to return, never an error to store for others),
  * -ENOTCONN (no daemon when the op is for no mount).  On 0,
  * pvfs_op_resp() is the downcall body, already checked by the channel
  * against the op's downcall rules (docs/plan/kernel-client.md section 1).
@@ -182,7 +183,20 @@ struct pvfs_inode_info {
 	 * writes change times, sizes and link counts, never these.
 	 */
 	unsigned long perm_time;
+	unsigned long flags; /* PVFS_INO_* bits */
+	/*
+	 * Writeback passes that ended with folios dirtied again to be retried
+	 * (a WRITE failed transiently): fsync and close wait for a pass that
+	 * leaves it unchanged (file.c).
+	 */
+	atomic_t wb_retries;
 };
+
+/*
+ * pvfs_inode_info.flags: a WRITE failed for good, so cached folios hold
+ * bytes the servers lack; the next read, open or mmap drops them.
+ */
+#define PVFS_INO_DATA_INVALID 0
 
 static inline struct pvfs_inode_info *PVFS_I(struct inode *inode)
 {

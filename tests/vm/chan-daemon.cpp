@@ -13,6 +13,12 @@
 //       --hold OP: read upcalls of OP but never answer them.
 //       --die-after OP: exit at once after reading an upcall of OP (a
 //       daemon crash with the op in flight).
+//       --fail OP:ERRNO:N: answer the next N upcalls of OP with -ERRNO (a
+//       name such as ENOSPC, or a number); ERRNO 0 answers them normally.
+//       Several --fail rules of one OP apply one after the other, so
+//       "--fail WRITE:0:1 --fail WRITE:ENOSPC:1" fails the second WRITE.
+//       Regular files in the root directory live in memory: LOOKUP,
+//       CREATE, GETATTR, SETATTR, READ, WRITE and FSYNC work on them.
 //
 // Prints what it does; exits 1 on any unexpected result, 2 on bad usage.
 #include "upcall.hpp" // op_name: the names pvfsd logs
@@ -26,14 +32,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <map>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -440,7 +451,213 @@ int run_check(const std::string &mountpoint, const std::string &source)
     return all_ok ? 0 : 1;
 }
 
-int run_serve(int hold_op, int die_after_op)
+// ---- serve: scripted failures and files in memory ----
+
+// A rule of --fail: the next `count` upcalls of `op` get -err (0: answered).
+struct FailRule {
+    int op;
+    int err;
+    unsigned count;
+};
+
+// ENOSPC -> 28; a number as itself; -1 if neither.
+int errno_number(const std::string &name)
+{
+    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos)
+        return std::stoi(name);
+    for (int e = 1; e < 4096; ++e) {
+        const char *n = strerrorname_np(e);
+        if (n != nullptr && name == n)
+            return e;
+    }
+    return -1;
+}
+
+// OP:ERRNO:N
+bool parse_fail(const std::string &spec, FailRule &rule)
+{
+    const std::size_t a = spec.find(':');
+    const std::size_t b = a == std::string::npos ? a : spec.find(':', a + 1);
+    if (b == std::string::npos || b + 1 == spec.size() ||
+        spec.find_first_not_of("0123456789", b + 1) != std::string::npos)
+        return false;
+    rule.op = op_number(spec.substr(0, a));
+    rule.err = errno_number(spec.substr(a + 1, b - a - 1));
+    rule.count = static_cast<unsigned>(std::stoul(spec.substr(b + 1)));
+    return rule.op > 0 && rule.err >= 0 && rule.err < 4096;
+}
+
+// The errno the next upcall of `op` is to fail with (0: none); uses up the rules.
+int next_failure(std::deque<FailRule> &rules, int op)
+{
+    for (auto it = rules.begin(); it != rules.end(); ++it) {
+        if (it->op != op)
+            continue;
+        const int err = it->err;
+        if (--it->count == 0)
+            rules.erase(it);
+        return err;
+    }
+    return 0;
+}
+
+// Regular files in the root directory, in memory, so that the page cache's
+// writeback can be driven and its bytes checked.
+class Files {
+public:
+    explicit Files(std::span<std::byte> slots, std::uint32_t slot_size)
+        : slots_(slots), slot_size_(slot_size)
+    {
+    }
+
+    // Answers `up` if it is a file op; returns false for other ops.
+    bool answer(int fd, const Msg &up, std::string &rc)
+    {
+        const pvfsd_msg_hdr h = up.hdr();
+        int status = 0;
+        switch (h.op) {
+        case PVFSD_OP_LOOKUP: {
+            const auto req = up.body<pvfsd_name_req>();
+            File *f = by_name(name_of(up, sizeof(req), req.name_len));
+            if (req.parent != root_handle || f == nullptr)
+                status = -ENOENT;
+            else
+                rc = write_msg(fd, make(h.op, h.tag, 0, pvfsd_attr_resp{attr(*f)}).bytes);
+            break;
+        }
+        case PVFSD_OP_CREATE: {
+            const auto req = up.body<pvfsd_create_req>();
+            const std::string name = name_of(up, sizeof(req), req.name_len);
+            File *f = by_name(name);
+            pvfsd_create_resp r{};
+            if (req.parent != root_handle) {
+                status = -ENOTDIR;
+            } else if (f != nullptr && req.exclusive != 0) {
+                status = -EEXIST;
+            } else {
+                if (f == nullptr) {
+                    f = &files_[name];
+                    f->handle = root_handle + 1 + files_.size();
+                    f->mode = req.mode & 07777U;
+                    r.created = 1;
+                }
+                r.attr = attr(*f);
+                rc = write_msg(fd, make(h.op, h.tag, 0, r).bytes);
+            }
+            break;
+        }
+        case PVFSD_OP_GETATTR: {
+            const auto req = up.body<pvfsd_handle_req>();
+            if (req.handle == root_handle)
+                rc = write_msg(fd, make(h.op, h.tag, 0, pvfsd_attr_resp{root_attr()}).bytes);
+            else if (File *f = by_handle(req.handle); f != nullptr)
+                rc = write_msg(fd, make(h.op, h.tag, 0, pvfsd_attr_resp{attr(*f)}).bytes);
+            else
+                status = -ENOENT;
+            break;
+        }
+        case PVFSD_OP_SETATTR: {
+            const auto req = up.body<pvfsd_setattr_req>();
+            File *f = by_handle(req.handle);
+            if (f == nullptr) {
+                status = -ENOENT;
+                break;
+            }
+            if ((req.mask & PVFSD_SET_MODE) != 0)
+                f->mode = req.mode & 07777U;
+            if ((req.mask & PVFSD_SET_SIZE) != 0)
+                f->data.resize(req.size);
+            ++f->version;
+            rc = write_msg(fd, make(h.op, h.tag, 0, pvfsd_attr_resp{attr(*f)}).bytes);
+            break;
+        }
+        case PVFSD_OP_READ:
+        case PVFSD_OP_WRITE: {
+            const auto req = up.body<pvfsd_io_req>();
+            File *f = by_handle(req.handle);
+            const std::size_t at = std::size_t{req.slot} * slot_size_;
+            if (f == nullptr || req.length > slot_size_ || at + req.length > slots_.size()) {
+                status = f == nullptr ? -ENOENT : -EINVAL;
+                break;
+            }
+            std::byte *slot = slots_.data() + at;
+            pvfsd_io_resp r{};
+            if (h.op == PVFSD_OP_WRITE) {
+                if (f->data.size() < req.offset + req.length)
+                    f->data.resize(req.offset + req.length);
+                std::copy_n(slot, req.length, f->data.begin() + static_cast<long>(req.offset));
+                ++f->version;
+                r.done = req.length;
+            } else {
+                const std::size_t have =
+                    req.offset < f->data.size() ? f->data.size() - req.offset : 0;
+                r.done = static_cast<std::uint32_t>(std::min<std::size_t>(have, req.length));
+                std::copy_n(f->data.begin() + static_cast<long>(req.offset), r.done, slot);
+            }
+            rc = write_msg(fd, make(h.op, h.tag, 0, r).bytes);
+            break;
+        }
+        case PVFSD_OP_FSYNC:
+            break;
+        default:
+            return false;
+        }
+        if (rc.empty())
+            rc = write_msg(fd, make_empty(h.op, h.tag, status).bytes);
+        return true;
+    }
+
+private:
+    struct File {
+        std::uint64_t handle = 0;
+        std::uint32_t mode = 0644;
+        std::uint32_t version = 0; // bumped by each change: the mtime
+        std::vector<std::byte> data;
+    };
+
+    static std::string name_of(const Msg &up, std::size_t body, std::size_t len)
+    {
+        const std::size_t at = sizeof(pvfsd_msg_hdr) + body;
+        if (at + len > up.bytes.size())
+            return {};
+        return {reinterpret_cast<const char *>(up.bytes.data()) + at, len};
+    }
+
+    File *by_name(const std::string &name)
+    {
+        const auto it = files_.find(name);
+        return it == files_.end() ? nullptr : &it->second;
+    }
+
+    File *by_handle(std::uint64_t handle)
+    {
+        for (auto &[name, f] : files_)
+            if (f.handle == handle)
+                return &f;
+        return nullptr;
+    }
+
+    static pvfsd_attr attr(const File &f)
+    {
+        pvfsd_attr a{};
+        a.handle = f.handle;
+        a.type = PVFSD_TYPE_REGULAR;
+        a.mode = f.mode;
+        a.nlink = 1;
+        a.blksize = 1U << 20U;
+        a.size = f.data.size();
+        a.atime.sec = 1700000000;
+        a.mtime.sec = 1700000000 + f.version;
+        a.ctime = a.mtime;
+        return a;
+    }
+
+    std::span<std::byte> slots_;
+    std::uint32_t slot_size_;
+    std::map<std::string, File> files_;
+};
+
+int run_serve(int hold_op, int die_after_op, std::deque<FailRule> fails)
 {
     UniqueFd fd = open_device();
     if (!fd.valid())
@@ -450,6 +667,13 @@ int run_serve(int hold_op, int die_after_op)
         std::printf("HELLO failed\n");
         return 1;
     }
+    const std::size_t area = std::size_t{granted.slot_size} * granted.slot_count;
+    void *slots = ::mmap(nullptr, area, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (slots == MAP_FAILED) {
+        std::printf("mmap of the slots: %s\n", strerrordesc_np(errno));
+        return 1;
+    }
+    Files files(std::span(static_cast<std::byte *>(slots), area), granted.slot_size);
     std::printf("ready\n");
     std::fflush(stdout);
     for (;;) {
@@ -478,19 +702,26 @@ int run_serve(int hold_op, int die_after_op)
         if (h.op == hold_op)
             continue;
         std::string rc;
-        switch (h.op) {
-        case PVFSD_OP_ATTACH:
-            rc = write_msg(fd.get(), make(h.op, h.tag, 0, attach_ok()).bytes);
-            break;
-        case PVFSD_OP_STATFS:
-            rc = write_msg(fd.get(), make(h.op, h.tag, 0, statfs_ok()).bytes);
-            break;
-        case PVFSD_OP_DETACH:
-            rc = write_msg(fd.get(), make_empty(h.op, h.tag, 0).bytes);
-            break;
-        default:
-            rc = write_msg(fd.get(), make_empty(h.op, h.tag, -ENOSYS).bytes);
-            break;
+        if (const int err = next_failure(fails, h.op); err != 0) {
+            std::printf("failed %s tag=%llu with -%s\n", op_name(h.op),
+                        static_cast<unsigned long long>(h.tag), strerrorname_np(err));
+            std::fflush(stdout);
+            rc = write_msg(fd.get(), make_empty(h.op, h.tag, -err).bytes);
+        } else if (!files.answer(fd.get(), up, rc)) {
+            switch (h.op) {
+            case PVFSD_OP_ATTACH:
+                rc = write_msg(fd.get(), make(h.op, h.tag, 0, attach_ok()).bytes);
+                break;
+            case PVFSD_OP_STATFS:
+                rc = write_msg(fd.get(), make(h.op, h.tag, 0, statfs_ok()).bytes);
+                break;
+            case PVFSD_OP_DETACH:
+                rc = write_msg(fd.get(), make_empty(h.op, h.tag, 0).bytes);
+                break;
+            default:
+                rc = write_msg(fd.get(), make_empty(h.op, h.tag, -ENOSYS).bytes);
+                break;
+            }
         }
         if (rc != "ok")
             std::printf("answer to tag %llu refused: %s\n", static_cast<unsigned long long>(h.tag),
@@ -501,7 +732,8 @@ int run_serve(int hold_op, int die_after_op)
 int usage()
 {
     std::fprintf(stderr, "usage: chan-daemon check MOUNTPOINT SOURCE\n"
-                         "       chan-daemon serve [--hold OP] [--die-after OP]\n");
+                         "       chan-daemon serve [--hold OP] [--die-after OP] "
+                         "[--fail OP:ERRNO:N]...\n");
     return 2;
 }
 
@@ -515,7 +747,15 @@ int main(int argc, char **argv)
     if (!args.empty() && args[0] == "serve") {
         int hold = -1;
         int die_after = -1;
+        std::deque<FailRule> fails;
         for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
+            if (args[i] == "--fail") {
+                FailRule rule{};
+                if (!parse_fail(args[i + 1], rule))
+                    return usage();
+                fails.push_back(rule);
+                continue;
+            }
             const int op = op_number(args[i + 1]);
             if (op < 0)
                 return usage();
@@ -528,7 +768,7 @@ int main(int argc, char **argv)
         }
         if (args.size() % 2 == 0)
             return usage();
-        return run_serve(hold, die_after);
+        return run_serve(hold, die_after, std::move(fails));
     }
     return usage();
 }
