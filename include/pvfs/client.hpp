@@ -10,9 +10,10 @@
 //
 // Every call returns 0 (or a byte count) or a negative errno: the server's
 // (ENOENT, EACCES, ENOSPC...), or the client's own: ETIMEDOUT when a server
-// did not answer within the request timeout, ECONNREFUSED/ECONNRESET/EPIPE
-// when it cannot be reached, EPROTO when it answered something malformed.
-// No call waits longer than the request timeout.
+// did not answer within the request timeout (requests are retried within
+// it, Options::retry_timeout), ECONNREFUSED/ECONNRESET/EPIPE when it could
+// not be reached by then, EPROTO when it answered something malformed.
+// No call waits longer than the request timeout, unless Options::hard.
 //
 // Every operation exists twice: X(...) runs to its end and returns, and
 // co_X(...) is the same operation as a coroutine (Task, pvfs/task.hpp) for
@@ -123,6 +124,16 @@ struct Options {
     std::uint64_t request_bytes = std::uint64_t{8} << 20U;
     // 0: the config's request_timeout.
     std::chrono::milliseconds request_timeout{0};
+    // Retries: a request whose server cannot be reached, whose connection
+    // broke or went idle, or (retry_timeout > 0) that got no answer for
+    // retry_timeout is sent again after a backoff (100 ms doubling to 10 s),
+    // within the request timeout.  Changes carry exactly-once ids, so a
+    // retry gets the first result; a change without them
+    // (exactly_once = false) is never sent twice.  hard: no overall limit,
+    // as an NFS hard mount: the call waits for its servers however long it
+    // takes, and only Loop::cancel ends it.
+    std::chrono::milliseconds retry_timeout{0};
+    bool hard = false;
     // Ask the metadata server (access, after root squash) whether the
     // caller may read or write a file before moving its data, and whether
     // it may write before truncating; answers are trusted for attr_timeout.

@@ -28,6 +28,8 @@ static_assert(std::is_same_v<bmi::Tag, decltype(proto::data_tag(0))>);
 constexpr std::size_t small_response = std::size_t{16} * 1024U;
 // How long a stopped request's cancelled transfers may take to end.
 constexpr auto drain_time = std::chrono::seconds(5);
+constexpr std::chrono::milliseconds first_backoff{100};
+constexpr std::chrono::milliseconds max_backoff{10000};
 
 std::int64_t realtime_ns()
 {
@@ -333,12 +335,107 @@ void Loop::Impl::on_completion(Rpc &r, const bmi::Completion &c)
     }
 }
 
+namespace {
+
+// Errors of the way to a server, not of the request: worth another try.
+bool transport_error(int error) noexcept
+{
+    switch (-error) {
+    case ETIMEDOUT:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case EPIPE:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EHOSTDOWN:
+    case ENOTCONN:
+    case ESHUTDOWN:
+        return true;
+    default:
+        return false;
+    }
+}
+
+} // namespace
+
+bool Loop::Impl::may_retry(const Batch &b, const Rpc &r, Clock::time_point now)
+{
+    if (b.stopping || r.response_arrived || !transport_error(r.error))
+        return false;
+    // A status request is a probe (pvfs-ping): its failure is the answer.
+    if (r.req.op() == proto::Op::status)
+        return false;
+    // A change without ids may have run: a second run could answer wrongly.
+    if (proto::changes_metadata(r.req.op()) && !r.req.once.present())
+        return false;
+    return b.retry.hard || now + std::max(r.backoff, first_backoff) < b.deadline;
+}
+
+void Loop::Impl::schedule_retry(Batch &b, Rpc &r, Clock::time_point now)
+{
+    r.backoff = r.backoff.count() == 0 ? first_backoff : std::min(2 * r.backoff, max_backoff);
+    // +-20 %, so that many clients of a restarted server do not come back
+    // in step.
+    const auto jitter = static_cast<std::int64_t>(random_u64() % 41U) - 20;
+    r.retry_at = now + r.backoff + r.backoff * jitter / 100;
+    const auto [it, first] = outage_logged.try_emplace(*r.url, Clock::time_point{});
+    if (first || now - it->second > std::chrono::minutes(1)) {
+        gossip::warning(Mask::client, "{} request to {} failed ({}): trying again",
+                        proto::op_name(r.req.op()), *r.url, error_text(r.error));
+        it->second = now;
+    }
+    ++r.tries;
+    r.waiting = true;
+    r.error = 0;
+    r.recv_op = bmi::no_op;
+    r.response_size = 0;
+    r.send_chunks.clear();
+    r.recv_chunks.clear();
+    r.exposure = bmi::Exposure{};
+    ++b.waiting;
+}
+
+void Loop::Impl::retry_due(Batch &b, Clock::time_point now)
+{
+    for (Rpc *r : b.rpcs) {
+        if (b.stopping || b.unfinished == 0)
+            return;
+        if (r->finished)
+            continue;
+        if (r->waiting && now >= r->retry_at) {
+            r->waiting = false;
+            --b.waiting;
+            start(*r, b.context);
+            if (r->response_arrived && r->error == 0)
+                decode(*r);
+            settle(b, *r);
+        } else if (!r->waiting && b.retry.try_timeout.count() > 0 && !r->rdma &&
+                   !r->response_arrived && r->error == 0 &&
+                   now - r->started >= b.retry.try_timeout) {
+            // Silent too long: give this try up; its cancelled transfers
+            // end it, and settle() sends it again.
+            r->error = -ETIMEDOUT;
+            cancel_ops(*r);
+            settle(b, *r);
+        }
+    }
+}
+
 void Loop::Impl::settle(Batch &b, Rpc &r)
 {
     if (r.finished || !r.ops.empty())
         return;
     if (!r.response_arrived && r.error == 0)
         return;
+    if (r.waiting) {
+        // stop() ended a request waiting for its next try.
+        r.waiting = false;
+        --b.waiting;
+    } else if (const auto now = Clock::now(); may_retry(b, r, now)) {
+        schedule_retry(b, r, now);
+        return;
+    }
     r.finished = true;
     r.ended = Clock::now();
     r.batch = nullptr;
@@ -366,12 +463,13 @@ void Loop::Impl::launch(Batch &b, std::size_t server)
 }
 
 Loop::Impl::RunAwaiter Loop::Impl::run(std::span<Rpc *const> rpcs, unsigned depth,
-                                       std::chrono::milliseconds timeout)
+                                       std::chrono::milliseconds timeout, detail::RetryPolicy retry)
 {
     RunAwaiter a{this, std::make_unique<Batch>()};
     a.batch->rpcs.assign(rpcs.begin(), rpcs.end());
     a.batch->depth = std::max(1U, depth);
     a.batch->timeout = timeout;
+    a.batch->retry = retry;
     return a;
 }
 
@@ -380,7 +478,7 @@ bool Loop::Impl::RunAwaiter::await_suspend(std::coroutine_handle<> waiter) const
     Batch &b = *batch;
     b.waiter = waiter;
     b.context = engine->current;
-    b.deadline = Clock::now() + b.timeout;
+    b.deadline = b.retry.hard ? Clock::time_point::max() : Clock::now() + b.timeout;
     b.unfinished = b.rpcs.size();
     // Queues are popped from the back: fill them back to front.
     for (std::size_t i = b.rpcs.size(); i-- > 0;)
@@ -469,9 +567,12 @@ void Loop::Impl::abandon(Batch &b)
 void Loop::Impl::expire(Clock::time_point now)
 {
     std::vector<Batch *> late;
+    std::vector<Batch *> retrying;
     for (Batch *b : active) {
         if (b->unfinished == 0)
             continue;
+        if (!b->stopping && (b->waiting > 0 || b->retry.try_timeout.count() > 0))
+            retrying.push_back(b);
         if (!b->stopping ? now >= b->deadline : now >= b->drain_until)
             late.push_back(b);
     }
@@ -482,6 +583,10 @@ void Loop::Impl::expire(Clock::time_point now)
         } else {
             abandon(*b);
         }
+    }
+    for (Batch *b : retrying) {
+        if (!b->stopping)
+            retry_due(*b, now);
     }
 }
 
@@ -505,8 +610,19 @@ std::size_t Loop::Impl::cancel(std::uint64_t cancel_id)
 int Loop::Impl::idle_ms(int max_idle_ms, Clock::time_point now) const
 {
     auto until = now + std::chrono::milliseconds(std::max(0, max_idle_ms));
-    for (const Batch *b : active)
+    for (const Batch *b : active) {
         until = std::min(until, b->stopping ? b->drain_until : b->deadline);
+        if (b->stopping || (b->waiting == 0 && b->retry.try_timeout.count() == 0))
+            continue;
+        for (const Rpc *r : b->rpcs) {
+            if (r->finished)
+                continue;
+            if (r->waiting)
+                until = std::min(until, r->retry_at);
+            else if (b->retry.try_timeout.count() > 0 && r->launched)
+                until = std::min(until, r->started + b->retry.try_timeout);
+        }
+    }
     if (!ended.empty() || until <= now)
         return 0;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();

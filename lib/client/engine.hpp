@@ -86,6 +86,12 @@ struct Rpc {
     Clock::time_point started{};
     Clock::time_point ended{};
     Batch *batch = nullptr; // while it runs
+    // Retries (RetryPolicy): tries so far, the next wait, and when a
+    // request waiting to be sent again goes.
+    unsigned tries = 0;
+    std::chrono::milliseconds backoff{0};
+    bool waiting = false;
+    Clock::time_point retry_at{};
 
     // 0, or the negative errno of the transport or of the server.
     [[nodiscard]] int result() const noexcept
@@ -96,11 +102,24 @@ struct Rpc {
     }
 };
 
+// When a request is sent again: after a transport failure (the server
+// could not be reached, the connection broke or went idle) or `try_timeout`
+// of silence (0: never for silence), with a backoff of 100 ms doubling to
+// 10 s.  A hard batch has no deadline: only a cancel ends it.  Server
+// answers are final, and so is any failure of a metadata change that
+// carries no exactly-once ids (it may have run).
+struct RetryPolicy {
+    bool hard = false;
+    std::chrono::milliseconds try_timeout{0};
+};
+
 // The requests of one co_await, and who waits for them.
 struct Batch {
     std::vector<Rpc *> rpcs;
     unsigned depth = 0;
     std::chrono::milliseconds timeout{0};
+    RetryPolicy retry;
+    std::size_t waiting = 0;                                    // requests waiting to be sent again
     std::unordered_map<std::size_t, std::vector<Rpc *>> queues; // per server, popped from the back
     std::unordered_map<std::size_t, unsigned> in_flight;
     std::size_t unfinished = 0;
@@ -147,7 +166,7 @@ struct Loop::Impl {
         void await_resume() const noexcept {}
     };
     [[nodiscard]] RunAwaiter run(std::span<detail::Rpc *const> rpcs, unsigned depth,
-                                 std::chrono::milliseconds timeout);
+                                 std::chrono::milliseconds timeout, detail::RetryPolicy retry = {});
 
     void poll(int max_idle_ms);
     std::size_t cancel(std::uint64_t cancel_id);
@@ -173,10 +192,15 @@ private:
     static void decode(detail::Rpc &r);
     void launch(detail::Batch &b, std::size_t server);
     void settle(detail::Batch &b, detail::Rpc &r);
+    [[nodiscard]] static bool may_retry(const detail::Batch &b, const detail::Rpc &r,
+                                        Clock::time_point now);
+    void schedule_retry(detail::Batch &b, detail::Rpc &r, Clock::time_point now);
+    void retry_due(detail::Batch &b, Clock::time_point now);
     void stop(detail::Batch &b, int error);
     void abandon(detail::Batch &b);
     void expire(Clock::time_point now);
     [[nodiscard]] int idle_ms(int max_idle_ms, Clock::time_point now) const;
+    std::unordered_map<std::string, Clock::time_point> outage_logged; // per url
 };
 
 } // namespace pvfs::client

@@ -97,7 +97,8 @@ struct Client::Impl {
             r->url = &urls.at(r->server);
             r->key = &*key;
         }
-        return engine->run(rpcs, depth, timeout);
+        return engine->run(rpcs, depth, timeout,
+                           detail::RetryPolicy{options.hard, options.retry_timeout});
     }
 
     // ---- exactly once (docs/protocol.md "Exactly once") ---------------
@@ -209,6 +210,7 @@ struct Client::Impl {
             ptrs.push_back(&rpcs[i]);
         }
         timeout = std::chrono::milliseconds(1000);
+        options.hard = false;
         co_await run(ptrs);
     }
 
