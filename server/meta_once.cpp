@@ -251,6 +251,7 @@ void MetaService::apply_once(meta::WriteBatch &batch, Job &job)
         return;
     }
     apply(batch, job);
+    job.ran = true;
     meta::SavedReply reply;
     reply.op = static_cast<std::uint16_t>(job.origin.op);
     reply.status = job.error;
@@ -268,14 +269,16 @@ void MetaService::apply_once(meta::WriteBatch &batch, Job &job)
         gossip::error(Mask::meta, "{} of client {:016x}: its reply cannot be kept: {}",
                       proto::op_name(job.origin.op), ids.client_id, errno_text(-rc));
         job.error = -rc;
+        job.ran = false;
     }
 }
 
 bool MetaService::fault_fires(const Job &job, MetaFault::Kind &kind)
 {
-    // Only changes with exactly-once ids count, so a test sets up its
-    // files with a client that sends none.
-    if (settings_.faults.empty() || !job.once.present())
+    // Only changes with exactly-once ids that ran count (not a retry
+    // answered from the cache, nor one refused for want of a session), so
+    // a test sets up its files with a client that sends no ids.
+    if (settings_.faults.empty() || !job.ran)
         return false;
     const std::uint64_t n = ++answered_[job.origin.op];
     for (const MetaFault &f : settings_.faults) {

@@ -459,7 +459,7 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, const pr
     }
     {
         const std::lock_guard lock(mutex_);
-        queued_.push_back(Job{origin, cred, once, std::move(body), 0, {}});
+        queued_.push_back(Job{origin, cred, once, std::move(body), 0, {}, false});
     }
     wake_.notify_one();
 }

@@ -83,6 +83,7 @@ private:
         proto::RequestBody body;
         int error = 0; // positive errno, or 0
         proto::ResponseBody response;
+        bool ran = false; // a change with ids was applied (not answered from the cache)
     };
     // A client session as the committer keeps it (the store has the rest).
     struct Session {
