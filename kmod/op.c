@@ -340,7 +340,8 @@ void pvfs_chan_answer(struct pvfs_op *op, int status, void *down, size_t down_le
 	hash_del(&op->sent_link);
 	if (op->opcode == PVFSD_OP_ATTACH && status == 0)
 		pvfs_mount_attached_locked(op->mount_id);
-	if (op->kind == PVFS_KIND_ATTACH && status != 0)
+	/* -ECANCELED: the mount went while the daemon was still trying */
+	if (op->kind == PVFS_KIND_ATTACH && status != 0 && status != -ECANCELED)
 		pr_warn("mount %llu: the new daemon could not attach it: %d\n", op->mount_id,
 			status);
 
@@ -455,7 +456,13 @@ void pvfs_chan_daemon_gone(void)
 		if (op->kind == PVFS_KIND_CALL && op->state == PVFS_OP_SENT) {
 			struct pvfsd_req_common *common = pvfs_op_req(op);
 
-			common->flags |= PVFSD_REQ_REPLAYED;
+			/*
+			 * On ATTACH the flag means a re-attach, which the
+			 * daemon retries until the servers answer: a first
+			 * mount's must fail instead, or mount(8) hangs.
+			 */
+			if (op->opcode != PVFSD_OP_ATTACH)
+				common->flags |= PVFSD_REQ_REPLAYED;
 			op->state = PVFS_OP_QUEUED;
 			list_add_tail(&op->queue_link, &replay);
 			replayed++;
@@ -501,6 +508,8 @@ static struct pvfs_op *pvfs_make_attach(struct pvfs_sb_info *sbi, enum pvfs_op_k
 		return op;
 	req = pvfs_op_req(op);
 	pvfs_fill_common(&req->common, sbi->mount_id);
+	/* the mount was attached before: the daemon keeps trying */
+	req->common.flags |= PVFSD_REQ_REPLAYED;
 	req->source_len = source_len;
 	req->options_len = options_len;
 	tail = (char *)(req + 1);
@@ -558,6 +567,21 @@ int pvfs_mount_register(struct pvfs_sb_info *sbi)
 	return 0;
 }
 
+/*
+ * The daemon holds a re-attach of the mount: it retries that until the
+ * servers answer, so it must hear of the umount (DETACH) to stop.
+ */
+static bool pvfs_reattach_sent_locked(u64 mount_id)
+{
+	struct pvfs_op *op;
+	unsigned int bkt;
+
+	hash_for_each(pvfs_chan.sent, bkt, op, sent_link)
+		if (op->kind == PVFS_KIND_ATTACH && op->mount_id == mount_id)
+			return true;
+	return false;
+}
+
 void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 {
 	struct pvfs_op *detach = NULL;
@@ -587,7 +611,8 @@ void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 			list_add_tail(&op->queue_link, &to_put);
 		}
 	}
-	if (!IS_ERR(detach) && pvfs_chan.hello_done && sbi->attached) {
+	if (!IS_ERR(detach) && pvfs_chan.hello_done &&
+	    (sbi->attached || pvfs_reattach_sent_locked(sbi->mount_id))) {
 		pvfs_queue_locked(detach);
 		detach = NULL;
 	}

@@ -3,6 +3,8 @@
 
 #include <pvfs/gossip.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -12,6 +14,14 @@
 namespace pvfs::pvfsd {
 
 namespace gossip = pvfs::gossip;
+
+namespace {
+
+// A replayed ATTACH's pauses between tries: doubling up to the maximum.
+constexpr std::chrono::milliseconds first_backoff{1000};
+constexpr std::chrono::seconds max_backoff{10};
+
+} // namespace
 
 Handler::Handler(HandlerOptions options, std::shared_ptr<client::Loop> loop,
                  std::span<std::byte> slots, std::size_t slot_size)
@@ -43,10 +53,15 @@ void Handler::start(Upcall up)
             gossip::debug(gossip::Mask::dev, "CANCEL of tag {}: answered already", req->target_tag);
             return;
         }
+        Op &target = *it->second;
+        target.cancelled = true;
         const std::size_t stopped = loop_->cancel(req->target_tag);
         ++cancels_;
-        gossip::debug(gossip::Mask::dev, "CANCEL of {} tag {}: {} requests stopped",
-                      op_name(it->second->up.op()), req->target_tag, stopped);
+        gossip::debug(gossip::Mask::dev, "CANCEL of {} tag {}: {} requests stopped{}",
+                      op_name(target.up.op()), req->target_tag, stopped,
+                      target.parked ? ", no longer waiting" : "");
+        // Waiting on the handler (for its mount, or a backoff): it ends now.
+        unpark(target);
         return;
     }
     const std::uint64_t tag = up.tag();
@@ -99,6 +114,78 @@ std::vector<std::vector<std::byte>> Handler::take_finished()
     return out;
 }
 
+std::size_t Handler::mounts() const noexcept
+{
+    return static_cast<std::size_t>(
+        std::ranges::count_if(clients_, [](const auto &m) { return m.second.client != nullptr; }));
+}
+
+void Handler::Park::await_suspend(std::coroutine_handle<> waiter)
+{
+    op.parked = waiter;
+    op.parked_on_mount = mount_id;
+    if (mount_id != 0) {
+        h.clients_.at(mount_id).waiters.push_back(&op);
+    } else {
+        op.wake_at = when;
+        h.timers_.emplace(when, &op);
+    }
+}
+
+void Handler::resume_parked(Op &op)
+{
+    const std::coroutine_handle<> h = std::exchange(op.parked, {});
+    op.parked_on_mount = 0;
+    if (!h)
+        return;
+    // The loop's context is whoever ran last: the op's own requests must
+    // carry its caller and be cancellable by its tag.
+    const auto common = op.up.body<pvfsd_req_common>();
+    loop_->set_context(common ? credentials_of(*common) : Credentials{}, op.up.tag());
+    h.resume();
+}
+
+void Handler::unpark(Op &op)
+{
+    if (!op.parked)
+        return;
+    if (op.parked_on_mount != 0) {
+        if (const auto it = clients_.find(op.parked_on_mount); it != clients_.end())
+            std::erase(it->second.waiters, &op);
+    } else {
+        auto [first, last] = timers_.equal_range(op.wake_at);
+        for (; first != last; ++first) {
+            if (first->second == &op) {
+                timers_.erase(first);
+                break;
+            }
+        }
+    }
+    resume_parked(op);
+}
+
+int Handler::idle_ms(int max_idle_ms) const
+{
+    if (timers_.empty())
+        return max_idle_ms;
+    const auto left = timers_.begin()->first - Clock::now();
+    if (left <= Clock::duration::zero())
+        return 0;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1;
+    return static_cast<int>(std::min<std::int64_t>(ms, max_idle_ms));
+}
+
+void Handler::run_timers()
+{
+    const auto now = Clock::now();
+    // A resumed op parks again only later than now: this ends.
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+        Op &op = *timers_.begin()->second;
+        timers_.erase(timers_.begin());
+        resume_parked(op);
+    }
+}
+
 Task<std::vector<std::byte>> Handler::run(Op &op)
 {
     const Upcall &up = op.up;
@@ -111,19 +198,26 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
     }
     int status = 0;
     if (up.op() == PVFSD_OP_ATTACH) {
-        status = attach(up, out);
+        status = co_await co_attach(op, out);
     } else if (up.op() == PVFSD_OP_DETACH) {
-        // Operations of the mount still in flight keep its client.
-        clients_.erase(common->mount_id);
-        gossip::info(gossip::Mask::pvfsd, "mount {} detached", common->mount_id);
+        detach(common->mount_id);
     } else {
-        const auto it = clients_.find(common->mount_id);
-        if (it == clients_.end()) {
+        auto it = clients_.find(common->mount_id);
+        if (it != clients_.end() && !it->second.client && !it->second.attaches.empty()) {
+            // Replayed to this pvfsd before its mount's ATTACH ended.
+            gossip::debug(gossip::Mask::pvfsd, "{} tag {} waits for mount {} to attach",
+                          op_name(up.op()), up.tag(), common->mount_id);
+            co_await Park{*this, op, common->mount_id, {}};
+            it = clients_.find(common->mount_id);
+        }
+        if (op.cancelled) {
+            status = -ECANCELED;
+        } else if (it == clients_.end() || !it->second.client) {
             gossip::warning(gossip::Mask::pvfsd, "{} for mount {}, which is not attached",
                             op_name(up.op()), common->mount_id);
             status = -ENOTCONN;
         } else {
-            const std::shared_ptr<client::Client> c = it->second;
+            const std::shared_ptr<client::Client> c = it->second.client;
             status = co_await dispatch(up, *c, out);
         }
     }
@@ -133,17 +227,47 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
     co_return out.finish(status);
 }
 
-int Handler::attach(const Upcall &up, Downcall &out)
+void Handler::detach(std::uint64_t mount_id)
 {
+    const auto it = clients_.find(mount_id);
+    if (it == clients_.end()) {
+        gossip::info(gossip::Mask::pvfsd, "mount {} detached (it was not attached)", mount_id);
+        return;
+    }
+    // Operations of the mount still in flight keep its client.
+    const Mount m = std::move(it->second);
+    clients_.erase(it);
+    gossip::info(gossip::Mask::pvfsd, "mount {} detached{}", mount_id,
+                 m.attaches.empty() ? "" : " while attaching: the ATTACH stops");
+    for (Op *a : m.attaches) {
+        a->cancelled = true;
+        loop_->cancel(a->up.tag());
+        unpark(*a);
+    }
+    // They find no mount: ENOTCONN.
+    for (Op *w : m.waiters)
+        resume_parked(*w);
+}
+
+Task<int> Handler::co_attach(Op &op, Downcall &out)
+{
+    const Upcall &up = op.up;
     const auto req = up.body<pvfsd_attach_req>();
     if (!req)
-        return -EINVAL;
+        co_return -EINVAL;
     const auto source = up.tail(sizeof(*req), 0, req->source_len);
     if (!source || up.tail_size(sizeof(*req)) != std::size_t{req->source_len} + req->options_len)
-        return -EINVAL;
+        co_return -EINVAL;
+    const std::uint64_t id = req->common.mount_id;
+    const std::string target(*source);
+    // The kernel's own re-attach of a mount after a pvfsd restart: its
+    // ops wait (up to the mount's timeo) for it, so it keeps trying until
+    // the servers answer, the kernel cancels it or the mount goes.  A
+    // first mount's ATTACH tries once: mount(8) must not hang.
+    const bool keep_trying = (req->common.flags & PVFSD_REQ_REPLAYED) != 0;
 
     client::Options o;
-    o.target = std::string(*source);
+    o.target = target;
     o.key_file = options_.key_file;
     o.use_process_credentials = false;
     o.credentials = credentials_of(req->common);
@@ -157,27 +281,71 @@ int Handler::attach(const Upcall &up, Downcall &out)
     o.check_data_access = false;
     o.request_timeout = options_.request_timeout;
     o.loop = loop_;
-    std::string error;
-    auto c = client::Client::connect(o, error);
-    if (!c) {
-        gossip::error(gossip::Mask::pvfsd, "mount {}: {}", req->common.mount_id, error);
-        return -ECONNREFUSED;
-    }
+
+    clients_[id].attaches.push_back(&op);
+    std::shared_ptr<client::Client> attached;
     Attr root;
-    if (const int rc = c->getattr(pvfs::root_handle, root); rc != 0) {
-        gossip::error(gossip::Mask::pvfsd, "mount {}: the root of {}: {}", req->common.mount_id,
-                      *source, client::error_text(rc));
-        return rc;
+    int rc = 0;
+    std::chrono::milliseconds backoff = first_backoff;
+    for (unsigned tries = 1;; ++tries) {
+        std::string error;
+        std::unique_ptr<client::Client> c = co_await client::Client::co_connect(o, error);
+        if (!c) {
+            rc = -ECONNREFUSED;
+        } else if (rc = co_await c->co_getattr(pvfs::root_handle, root); rc != 0) {
+            error = "the root of " + target + ": " + client::error_text(rc);
+        } else {
+            attached = std::move(c);
+            break;
+        }
+        if (op.cancelled) {
+            gossip::info(gossip::Mask::pvfsd, "mount {}: attaching stopped after {} tries: {}", id,
+                         tries, error);
+            rc = -ECANCELED;
+            break;
+        }
+        if (!keep_trying) {
+            gossip::error(gossip::Mask::pvfsd, "mount {}: {}", id, error);
+            break;
+        }
+        if (tries == 1)
+            gossip::warning(gossip::Mask::pvfsd,
+                            "mount {}: {}; its ops wait while it tries again, every {} s at most",
+                            id, error, max_backoff.count());
+        else
+            gossip::debug(gossip::Mask::pvfsd, "mount {}: try {}: {}", id, tries, error);
+        co_await Park{*this, op, 0, Clock::now() + backoff};
+        if (op.cancelled) {
+            rc = -ECANCELED;
+            break;
+        }
+        backoff = std::min<std::chrono::milliseconds>(backoff * 2, max_backoff);
     }
-    pvfsd_attach_resp r{};
-    r.root = to_dev_attr(root);
-    r.fs_id = c->cluster().fs_id;
-    r.max_name = static_cast<std::uint32_t>(pvfs::max_name);
-    out.put(r);
-    gossip::info(gossip::Mask::pvfsd, "mount {}: attached to {}{}", req->common.mount_id, *source,
-                 (req->common.flags & PVFSD_REQ_REPLAYED) != 0 ? " (replayed)" : "");
-    clients_[req->common.mount_id] = std::shared_ptr<client::Client>(std::move(c));
-    return 0;
+
+    const auto it = clients_.find(id);
+    if (it == clients_.end()) // detached meanwhile
+        co_return -ECANCELED;
+    Mount &m = it->second;
+    std::erase(m.attaches, &op);
+    if (rc == 0) {
+        m.client = std::move(attached);
+        pvfsd_attach_resp r{};
+        r.root = to_dev_attr(root);
+        r.fs_id = m.client->cluster().fs_id;
+        r.max_name = static_cast<std::uint32_t>(pvfs::max_name);
+        out.put(r);
+        gossip::info(gossip::Mask::pvfsd, "mount {}: attached to {}{}{}", id, target,
+                     keep_trying ? " (replayed)" : "",
+                     m.waiters.empty() ? "" : fmt::format("; {} ops waited", m.waiters.size()));
+    } else if (m.client || !m.attaches.empty()) {
+        co_return rc; // another ATTACH of it stays in charge of its ops
+    }
+    const std::vector<Op *> waiters = std::move(m.waiters);
+    if (rc != 0)
+        clients_.erase(it); // its waiters find no mount: ENOTCONN
+    for (Op *w : waiters)
+        resume_parked(*w);
+    co_return rc;
 }
 
 namespace {

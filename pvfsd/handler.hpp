@@ -1,5 +1,7 @@
 // Turns upcalls into libpvfs operations and their results into downcalls.
 // One Client per mount (per ATTACH), even for the same file system.
+// Attaching is a task like any op: a mount whose servers do not answer
+// delays neither the other mounts' ATTACHes nor their ops.
 #pragma once
 
 #include "upcall.hpp"
@@ -7,6 +9,7 @@
 #include <pvfs/client.hpp>
 
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -46,31 +49,70 @@ public:
     [[nodiscard]] std::size_t in_flight() const noexcept { return running_; }
     [[nodiscard]] std::size_t peak_in_flight() const noexcept { return peak_; }
     [[nodiscard]] std::size_t cancels() const noexcept { return cancels_; }
-    [[nodiscard]] std::size_t mounts() const noexcept { return clients_.size(); }
+    // Mounts attached (not those still attaching).
+    [[nodiscard]] std::size_t mounts() const noexcept;
+
+    // The backoff timers of replayed ATTACHes: how long the caller may
+    // wait in Loop::poll (at most max_idle_ms), and resuming the ATTACHes
+    // whose time has come.  Call run_timers after each poll.
+    [[nodiscard]] int idle_ms(int max_idle_ms) const;
+    void run_timers();
 
 private:
+    using Clock = std::chrono::steady_clock;
     struct Op {
         Op(Handler &h, Upcall u) : handler(h), up(std::move(u)) {}
         Handler &handler;
         Upcall up; // the task's views point into it: never moved
         Task<std::vector<std::byte>> task;
         bool done = false;
+        // The kernel cancelled it, or (an ATTACH) its mount went.
+        bool cancelled = false;
+        // Suspended on the handler itself (not on the loop): waiting for
+        // its mount's ATTACH, or an ATTACH's backoff (wake_at).
+        std::coroutine_handle<> parked;
+        std::uint64_t parked_on_mount = 0;
+        Clock::time_point wake_at{};
         // The next op of the completion list (owned by ops_, as this one).
         Op *next_finished = nullptr;
+    };
+    // A mount: its client once attached; its ATTACHes in flight; the ops
+    // that came meanwhile (replayed to a new pvfsd), waiting for them.
+    struct Mount {
+        std::shared_ptr<client::Client> client;
+        std::vector<Op *> attaches;
+        std::vector<Op *> waiters;
+    };
+    // co_await park_on(op, mount_id) / park_until(op, when): the op waits
+    // for Handler to resume it (resume_parked).
+    struct Park {
+        Handler &h;
+        Op &op;
+        std::uint64_t mount_id = 0; // 0: a timer
+        Clock::time_point when{};
+        [[nodiscard]] bool await_ready() const noexcept { return op.cancelled; }
+        void await_suspend(std::coroutine_handle<> waiter);
+        void await_resume() const noexcept {}
     };
     // Puts the op on the completion list: take_finished need not look at
     // the ops still running, and nothing here can fail (no allocation).
     static void on_done(void *op) noexcept;
     Task<std::vector<std::byte>> run(Op &op);
-    int attach(const Upcall &up, Downcall &out);
+    Task<int> co_attach(Op &op, Downcall &out);
     // Not a coroutine: the op's own coroutine is what run awaits.
     Task<int> dispatch(const Upcall &up, client::Client &c, Downcall &out);
+    // Resumes a parked op with its own caller and cancel id on the loop.
+    void resume_parked(Op &op);
+    // Takes the op off whatever it is parked on and resumes it.
+    void unpark(Op &op);
+    void detach(std::uint64_t mount_id);
 
     HandlerOptions options_;
     std::shared_ptr<client::Loop> loop_;
     std::span<std::byte> slots_;
     std::size_t slot_size_;
-    std::map<std::uint64_t, std::shared_ptr<client::Client>> clients_;
+    std::map<std::uint64_t, Mount> clients_; // by mount id
+    std::multimap<Clock::time_point, Op *> timers_;
     std::unordered_map<std::uint64_t, std::unique_ptr<Op>> ops_; // by tag
     // The ops finished and not yet taken, first finished first.
     Op *finished_first_ = nullptr;

@@ -252,7 +252,8 @@ int run(const Settings &s)
             handler.start(std::move(*up));
         }
         answer();
-        loop->poll(1000);
+        loop->poll(handler.idle_ms(1000));
+        handler.run_timers();
         answer();
         ready.clear();
         loop->take_ready_fds(ready);

@@ -268,6 +268,12 @@ public:
     // connect or the config is bad.
     [[nodiscard]] static std::unique_ptr<Client> connect(const Options &options,
                                                          std::string &error);
+    // connect as a coroutine on options.loop: fetching the config from a
+    // URL target waits on the loop (up to the request timeout, cancellable
+    // by the context's id) while the loop's other tasks go on.  Without
+    // options.loop it makes a loop of its own, which the caller cannot
+    // poll: pvfsd and other programs with many tasks pass theirs.
+    static Task<std::unique_ptr<Client>> co_connect(Options options, std::string &error);
     ~Client();
     Client(const Client &) = delete;
     Client &operator=(const Client &) = delete;

@@ -114,7 +114,13 @@ enum pvfsd_op {
 };
 
 /* pvfsd_req_common.flags */
-#define PVFSD_REQ_REPLAYED 0x1u /* sent to an earlier daemon, which died */
+/*
+ * Sent to an earlier daemon, which died.  On ATTACH: the kernel's own
+ * re-attach of a mounted file system for a new daemon, which retries it
+ * until the servers answer (a first mount's ATTACH never has it); the
+ * mount's DETACH ends the retries.
+ */
+#define PVFSD_REQ_REPLAYED 0x1u
 /*
  * READ only: the kernel fills the page cache, which it cuts at its own
  * i_size; the daemon may answer done == length with zeros past the file's

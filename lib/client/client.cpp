@@ -42,9 +42,14 @@ Credentials process_credentials()
 
 // ---- connecting ----------------------------------------------------------
 
-std::unique_ptr<Client> Client::connect(const Options &options, std::string &error)
+namespace {
+
+// A client's state before it connects: its options and its loop (a new
+// one when the options name none).  nullptr and `error` set when BMI
+// cannot start.
+std::unique_ptr<Client::Impl> new_impl(const Options &options, std::string &error)
 {
-    auto impl = std::make_unique<Impl>();
+    auto impl = std::make_unique<Client::Impl>();
     impl->options = options;
     impl->loop = options.loop;
     if (!impl->loop) {
@@ -55,67 +60,74 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
             options.use_process_credentials ? process_credentials() : options.credentials, 0);
     }
     impl->engine = &impl->loop->impl();
+    return impl;
+}
 
+// Fills in `impl` from its options: the config (fetched from the target's
+// server, awaiting it on the loop, or read from a file), the key, the
+// servers' addresses.  0, or -1 with `error` set.
+Task<int> setup(Client::Impl &impl, std::string &error)
+{
+    const Options &options = impl.options;
     const bool is_url = options.target.find("://") != std::string::npos;
     std::string key_file = options.key_file;
     if (is_url) {
         const config::FsUrl url = config::parse_fs_url(options.target);
         if (!url.ok()) {
             error = options.target + ": " + url.error;
-            return nullptr;
+            co_return -1;
         }
         if (key_file.empty()) {
             const char *env = std::getenv("PVFS_KEY_FILE"); // NOLINT(concurrency-mt-unsafe)
             key_file = env != nullptr ? env : "/etc/pvfs/pvfs.key";
         }
         std::string key_error;
-        impl->key = proto::Key::load(key_file, key_error);
-        if (!impl->key) {
+        impl.key = proto::Key::load(key_file, key_error);
+        if (!impl.key) {
             error = key_error;
-            return nullptr;
+            co_return -1;
         }
-        impl->timeout = options.request_timeout.count() > 0 ? options.request_timeout
-                                                            : std::chrono::milliseconds(30000);
-        impl->set_servers({url.address});
+        impl.timeout = options.request_timeout.count() > 0 ? options.request_timeout
+                                                           : std::chrono::milliseconds(30000);
+        impl.set_servers({url.address});
         proto::GetConfigResponse got;
-        if (const int rc = impl->engine->wait(impl->call_body(0, proto::GetConfigRequest{}, got));
-            rc != 0) {
+        if (const int rc = co_await impl.call_body(0, proto::GetConfigRequest{}, got); rc != 0) {
             error = url.address + ": cannot get the config: " + error_text(rc);
-            return nullptr;
+            co_return -1;
         }
         config::Result parsed = config::parse(got.config_text, url.address + " get_config", "");
         if (!parsed.ok()) {
             error = parsed.error;
-            return nullptr;
+            co_return -1;
         }
         if (parsed.cluster.fs_name != url.fs_name) {
             error = url.address + " serves file system '" + parsed.cluster.fs_name + "', not '" +
                     url.fs_name + "'";
-            return nullptr;
+            co_return -1;
         }
-        impl->cluster = std::move(parsed.cluster);
+        impl.cluster = std::move(parsed.cluster);
     } else {
         config::Result loaded = config::load_file(options.target);
         if (!loaded.ok()) {
             error = loaded.error;
-            return nullptr;
+            co_return -1;
         }
-        impl->cluster = std::move(loaded.cluster);
+        impl.cluster = std::move(loaded.cluster);
         if (key_file.empty())
-            key_file = impl->cluster.key_file;
+            key_file = impl.cluster.key_file;
         std::string key_error;
-        impl->key = proto::Key::load(key_file, key_error);
-        if (!impl->key) {
+        impl.key = proto::Key::load(key_file, key_error);
+        if (!impl.key) {
             error = key_error;
-            return nullptr;
+            co_return -1;
         }
     }
-    const config::Cluster &c = impl->cluster;
-    impl->timeout = options.request_timeout.count() > 0
-                        ? options.request_timeout
-                        : std::chrono::milliseconds(c.defaults.request_timeout_ms);
+    const config::Cluster &c = impl.cluster;
+    impl.timeout = options.request_timeout.count() > 0
+                       ? options.request_timeout
+                       : std::chrono::milliseconds(c.defaults.request_timeout_ms);
     static_cast<void>(
-        impl->engine->bmi->set_info(bmi::Info::idle_timeout_ms, c.defaults.idle_timeout_ms));
+        impl.engine->bmi->set_info(bmi::Info::idle_timeout_ms, c.defaults.idle_timeout_ms));
     std::string method = options.method;
     if (method.empty() && is_url)
         method = options.target.substr(0, options.target.find("://"));
@@ -125,7 +137,7 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
     }
     if (method != "tcp" && method != "ib") {
         error = "unknown network method '" + method + "'; use tcp or ib";
-        return nullptr;
+        co_return -1;
     }
     const std::string prefix = method + "://";
     std::vector<std::string> urls;
@@ -139,30 +151,52 @@ std::unique_ptr<Client> Client::connect(const Options &options, std::string &err
         }
         if (chosen.empty()) {
             error = "server " + s.name + " has no " + prefix + " address this client can use";
-            return nullptr;
+            co_return -1;
         }
         urls.push_back(chosen);
     }
-    impl->set_servers(urls);
+    impl.set_servers(urls);
     const char *rdma_env = std::getenv("PVFS_RDMA"); // NOLINT(concurrency-mt-unsafe)
-    impl->rdma = method == "ib" && options.server_rdma &&
-                 (rdma_env == nullptr || std::string_view(rdma_env) != "0");
-    impl->meta_servers = c.metadata_servers();
-    impl->data_servers = c.data_servers();
-    impl->session_opened.assign(urls.size(), 0);
+    impl.rdma = method == "ib" && options.server_rdma &&
+                (rdma_env == nullptr || std::string_view(rdma_env) != "0");
+    impl.meta_servers = c.metadata_servers();
+    impl.data_servers = c.data_servers();
+    impl.session_opened.assign(urls.size(), 0);
     if (options.session_owner.size() > proto::max_owner_text) {
         error = "session owner longer than 255 bytes";
-        return nullptr;
+        co_return -1;
     }
     if (options.exactly_once) {
-        impl->client_id = options.client_id;
-        while (impl->client_id == 0) {
-            if (::getrandom(&impl->client_id, sizeof impl->client_id, 0) !=
-                static_cast<ssize_t>(sizeof impl->client_id))
-                impl->client_id = 0;
+        impl.client_id = options.client_id;
+        while (impl.client_id == 0) {
+            if (::getrandom(&impl.client_id, sizeof impl.client_id, 0) !=
+                static_cast<ssize_t>(sizeof impl.client_id))
+                impl.client_id = 0;
         }
     }
+    co_return 0;
+}
+
+} // namespace
+
+std::unique_ptr<Client> Client::connect(const Options &options, std::string &error)
+{
+    std::unique_ptr<Impl> impl = new_impl(options, error);
+    if (!impl)
+        return nullptr;
+    if (impl->engine->wait(setup(*impl, error)) != 0)
+        return nullptr;
     return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Task<std::unique_ptr<Client>> Client::co_connect(Options options, std::string &error)
+{
+    std::unique_ptr<Impl> impl = new_impl(options, error);
+    if (!impl)
+        co_return nullptr;
+    if (co_await setup(*impl, error) != 0)
+        co_return nullptr;
+    co_return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}

@@ -2,8 +2,11 @@
 // real cluster: many operations in flight from one thread, each keeping
 // its own caller's credentials across its waits; several Clients on one
 // Loop; an operation stuck on a stopped server cancelled by its id, and
-// one left alone timing out -- neither stops the others.
+// one left alone timing out -- neither stops the others; connecting
+// (co_connect) to a server that does not answer while the loop's other
+// tasks go on.
 #include <atf-c++.hpp>
+#include <fmt/format.h>
 
 #include <csignal>
 
@@ -11,11 +14,13 @@
 #include <cerrno>
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "harness.hpp"
 #include "pvfs/client.hpp"
+#include "pvfs/config.hpp"
 
 namespace {
 
@@ -70,6 +75,30 @@ void run_all(client::Loop &loop, std::vector<Task<T>> &tasks, std::chrono::secon
         require(Clock::now() < until, "the tasks did not finish in time");
         loop.poll(100);
     }
+}
+
+// "tcp://host:port/fsname" of one server of a cluster.
+std::string url_of(const test::Cluster &cl, const std::string &server)
+{
+    const config::Result r = config::load_file(cl.files.config_path);
+    require(r.ok(), "config: " + r.error);
+    for (const config::Server &s : r.cluster.servers) {
+        if (s.name == server)
+            return s.addresses.at(0) + "/" + r.cluster.fs_name;
+    }
+    throw std::runtime_error("no server " + server);
+}
+
+client::Options url_options(const std::string &url, const std::string &key_path,
+                            const std::shared_ptr<client::Loop> &loop)
+{
+    client::Options o = test::fresh_attrs();
+    o.target = url;
+    o.key_file = key_path;
+    o.use_process_credentials = false;
+    o.request_timeout = 8s;
+    o.loop = loop;
+    return o;
 }
 
 } // namespace
@@ -235,10 +264,94 @@ ATF_TEST_CASE_BODY(timeout_ends_only_its_operation)
     require(::kill(cl.servers["data1"]->pid(), SIGCONT) == 0, "SIGCONT data1");
 }
 
+ATF_TEST_CASE_WITHOUT_HEAD(connect_does_not_stall_the_loop);
+ATF_TEST_CASE_BODY(connect_does_not_stall_the_loop)
+{
+    // meta1 will not answer; the root, on meta0, stays reachable.
+    test::Cluster cl(test::servers(2, 2), "request_timeout = \"20s\"\n");
+    auto loop = make_loop();
+    client::Options co = test::fresh_attrs();
+    co.loop = loop;
+    auto c = cl.connect(co);
+    // The server a URL mount asks for the config stops answering: the
+    // connection is accepted, the request never answered.
+    require(::kill(cl.servers["meta1"]->pid(), SIGSTOP) == 0, "SIGSTOP meta1");
+    std::string stuck_error;
+    std::vector<Task<std::unique_ptr<client::Client>>> stuck;
+    loop->set_context(user(0), 77);
+    const auto started = Clock::now();
+    stuck.push_back(client::Client::co_connect(
+        url_options(url_of(cl, "meta1"), cl.files.key_path, loop), stuck_error));
+    stuck.back().start();
+    require(!stuck[0].done(), "the connect to a stopped server finished at once");
+
+    // Other tasks of the loop go on meanwhile, each quickly.
+    loop->set_context(user(0), 0);
+    for (int i = 0; i < 5; ++i) {
+        std::vector<Task<int>> others;
+        Attr root;
+        const auto t0 = Clock::now();
+        others.push_back(c->co_getattr(root_handle, root));
+        others.back().start();
+        run_all(*loop, others, 5s);
+        require_rc(others[0].result(), 0, "getattr while a connect waits");
+        require(Clock::now() - t0 < 2s, "a getattr took " +
+                                            std::to_string((Clock::now() - t0) / 1ms) +
+                                            " ms while a connect waited");
+    }
+    // And another connect, to a live server, on the same loop.
+    std::string live_error;
+    std::vector<Task<std::unique_ptr<client::Client>>> fine;
+    fine.push_back(client::Client::co_connect(
+        url_options(url_of(cl, "meta0"), cl.files.key_path, loop), live_error));
+    fine.back().start();
+    run_all(*loop, fine, 5s);
+    const auto other = fine[0].result();
+    require(other != nullptr, "co_connect to a live server: " + live_error);
+    require(other->cluster().fs_name == c->cluster().fs_name, "the live connect's config");
+    require(!stuck[0].done(), "the connect to a stopped server finished");
+    require(Clock::now() - started < 8s, "the other tasks took the connect's whole timeout");
+
+    // Cancelled by its context's id, it ends with the sync connect's message.
+    const auto cancelled_at = Clock::now();
+    require(loop->cancel(77) > 0, "cancel(77) found no request of the connect");
+    run_all(*loop, stuck, 10s);
+    require(Clock::now() - cancelled_at < 6s, "the cancel took too long");
+    require(stuck[0].result() == nullptr, "a cancelled connect made a client");
+    require(stuck_error.find("cannot get the config: Operation canceled") != std::string::npos,
+            "the cancelled connect's error: " + stuck_error);
+    require(::kill(cl.servers["meta1"]->pid(), SIGCONT) == 0, "SIGCONT meta1");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(connect_refused);
+ATF_TEST_CASE_BODY(connect_refused)
+{
+    Cluster cl;
+    auto loop = make_loop();
+    // Nobody listens there: both connects fail at once, with one message.
+    const std::string url = fmt::format("tcp://127.0.0.1:{}/fs", test::free_port());
+    std::string error;
+    std::vector<Task<std::unique_ptr<client::Client>>> tasks;
+    const auto t0 = Clock::now();
+    tasks.push_back(client::Client::co_connect(url_options(url, cl.files.key_path, loop), error));
+    tasks.back().start();
+    run_all(*loop, tasks, 5s);
+    require(tasks[0].result() == nullptr, "co_connect to a closed port made a client");
+    require(Clock::now() - t0 < 4s, "co_connect to a closed port took its timeout");
+    std::string sync_error;
+    require(client::Client::connect(url_options(url, cl.files.key_path, loop), sync_error) ==
+                nullptr,
+            "connect to a closed port made a client");
+    require(error.find("cannot get the config") != std::string::npos && error == sync_error,
+            "co_connect said '" + error + "', connect '" + sync_error + "'");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, many_in_flight_keep_their_callers);
     ATF_ADD_TEST_CASE(tcs, clients_share_a_loop);
     ATF_ADD_TEST_CASE(tcs, cancel_stops_one_operation);
     ATF_ADD_TEST_CASE(tcs, timeout_ends_only_its_operation);
+    ATF_ADD_TEST_CASE(tcs, connect_does_not_stall_the_loop);
+    ATF_ADD_TEST_CASE(tcs, connect_refused);
 }
