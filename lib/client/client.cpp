@@ -91,7 +91,12 @@ Task<int> setup(Client::Impl &impl, std::string &error)
                                                            : std::chrono::milliseconds(30000);
         impl.set_servers({url.address});
         proto::GetConfigResponse got;
-        if (const int rc = co_await impl.call_body(0, proto::GetConfigRequest{}, got); rc != 0) {
+        // Connecting is bounded even for a hard client: mount(8) must not
+        // hang, and pvfsd retries a re-attach itself.
+        const bool hard = std::exchange(impl.options.hard, false);
+        const int got_rc = co_await impl.call_body(0, proto::GetConfigRequest{}, got);
+        impl.options.hard = hard;
+        if (const int rc = got_rc; rc != 0) {
             error = url.address + ": cannot get the config: " + error_text(rc);
             co_return -1;
         }
