@@ -363,8 +363,10 @@ bool Loop::Impl::may_retry(const Batch &b, const Rpc &r, Clock::time_point now)
 {
     if (b.stopping || r.response_arrived || !transport_error(r.error))
         return false;
-    // A status request is a probe (pvfs-ping): its failure is the answer.
-    if (r.req.op() == proto::Op::status)
+    // A status request is a probe (pvfs-ping), and a get_config the first
+    // contact (a tool or a mount names a server that is not there): their
+    // failure is the answer.  pvfsd retries a re-attach itself.
+    if (r.req.op() == proto::Op::status || r.req.op() == proto::Op::get_config)
         return false;
     // A change without ids may have run: a second run could answer wrongly.
     if (proto::changes_metadata(r.req.op()) && !r.req.once.present())
