@@ -178,7 +178,9 @@ struct Client::Impl {
         Rpc r;
         r.server = server;
         r.req.body = std::move(body);
-        r.req.knows_orphaned = true; // co_unlink/co_rename read `orphaned`
+        // co_unlink/co_rename read `orphaned`; only they say so, so that
+        // the rest still reaches a server that does not know the flag.
+        r.req.knows_orphaned = r.req.op() == proto::Op::remove || r.req.op() == proto::Op::rename;
         SlotHold hold;
         take_once(r, hold);
         Rpc *p = &r;
@@ -194,7 +196,7 @@ struct Client::Impl {
             again.server = server;
             again.req.body = std::move(r.req.body);
             again.req.once = r.req.once;
-            again.req.knows_orphaned = true;
+            again.req.knows_orphaned = r.req.knows_orphaned;
             Rpc *q = &again;
             co_await run(std::span(&q, 1));
             rc = again.result();
