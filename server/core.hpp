@@ -28,6 +28,9 @@ struct Origin {
     std::uint64_t session = 0;
     std::uint64_t seq = 0;
     proto::Op op = proto::Op::status;
+    // The request's flag request_knows_orphaned: its reply may say a file
+    // was orphaned.
+    bool knows_orphaned = false;
 };
 
 // Anything that posts BMI operations on the server's context: the

@@ -114,6 +114,8 @@ int MetaService::end_session(meta::WriteBatch &batch, std::uint64_t client_id, c
     if (const int rc = batch.session_delete(client_id); rc != 0)
         return rc;
     gossip::debug(Mask::meta, "session of client {:016x} ended: {}", client_id, why);
+    // Its holds go with it; the next sweep reclaims what they kept.
+    drop_holds(client_id);
     if (!it->second.owner.empty()) {
         const auto o = owners_.find(it->second.owner);
         if (o != owners_.end() && o->second == client_id)

@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -42,10 +43,10 @@ concept one_of = (std::same_as<T, Ts> || ...);
 
 // Answered at once from the store (respond_read).
 template <class T>
-concept meta_read =
-    one_of<T, proto::LookupRequest, proto::GetattrRequest, proto::ReadlinkRequest,
-           proto::ReaddirRequest, proto::XattrGetRequest, proto::XattrListRequest,
-           proto::LayoutGetRequest, proto::ListHandlesRequest, proto::AccessRequest>;
+concept meta_read = one_of<T, proto::LookupRequest, proto::GetattrRequest, proto::ReadlinkRequest,
+                           proto::ReaddirRequest, proto::XattrGetRequest, proto::XattrListRequest,
+                           proto::LayoutGetRequest, proto::ListHandlesRequest, proto::AccessRequest,
+                           proto::OpenRequest, proto::ListOrphansRequest>;
 // Applied in a write batch by the committer (apply).
 template <class T>
 concept meta_write =
@@ -54,7 +55,7 @@ concept meta_write =
            proto::RenameRequest, proto::XattrSetRequest, proto::XattrRemoveRequest,
            proto::LayoutSetRequest, proto::MkdirObjectRequest, proto::LinkDirRequest,
            proto::RetireDirRequest, proto::UnlinkDirRequest, proto::RemoveDirObjectRequest,
-           proto::SessionRequest>;
+           proto::SessionRequest, proto::CloseRequest, proto::OrphanDoneRequest>;
 // The server's own or the data role's, never the metadata service's.
 template <class T>
 concept not_meta =
@@ -182,6 +183,10 @@ struct ReadHandler {
         return rc;
     }
 
+    // handle() serves these itself (meta_open.cpp).
+    int operator()(const proto::OpenRequest & /*request*/) const { return -EOPNOTSUPP; }
+    int operator()(const proto::ListOrphansRequest & /*request*/) const { return -EOPNOTSUPP; }
+
     // handle() queues these for the committer or never sees them.
     template <class T>
     requires meta_write<T> || not_meta<T>
@@ -194,6 +199,15 @@ struct WriteHandler {
     meta::WriteBatch &batch;
     const Credentials &cred;
     proto::ResponseBody &response;
+    // The open table's check, or none for a client that would remove an
+    // orphan's data objects anyway (it does not know `orphaned`).
+    const meta::OpenCheck &held;
+    bool knows_orphaned = false;
+
+    [[nodiscard]] std::optional<bool> orphaned(const meta::Removed &r) const
+    {
+        return knows_orphaned ? std::optional<bool>(r.orphaned) : std::nullopt;
+    }
 
     int operator()(const proto::SetattrRequest &s) const
     {
@@ -260,9 +274,9 @@ struct WriteHandler {
     int operator()(const proto::RemoveRequest &r) const
     {
         meta::Removed removed;
-        const int rc = batch.unlink(cred, r.parent, r.name, removed);
+        const int rc = batch.unlink(cred, r.parent, r.name, removed, held);
         response = proto::RemoveResponse{removed.handle, removed.type, removed.nlink_after,
-                                         removed.layout};
+                                         removed.layout, orphaned(removed)};
         return rc;
     }
 
@@ -277,9 +291,9 @@ struct WriteHandler {
     {
         meta::Removed replaced;
         const int rc = batch.rename(cred, rn.old_parent, rn.old_name, rn.new_parent, rn.new_name,
-                                    rn.flags, replaced);
+                                    rn.flags, replaced, held);
         response = proto::RenameResponse{replaced.handle, replaced.type, replaced.nlink_after,
-                                         replaced.layout};
+                                         replaced.layout, orphaned(replaced)};
         return rc;
     }
 
@@ -344,8 +358,11 @@ struct WriteHandler {
         return rc;
     }
 
-    // The committer serves sessions itself (apply_session).
+    // The committer serves these itself (apply_session, apply_close,
+    // apply_orphan_done).
     int operator()(const proto::SessionRequest & /*request*/) const { return -EINVAL; }
+    int operator()(const proto::CloseRequest & /*request*/) const { return -EINVAL; }
+    int operator()(const proto::OrphanDoneRequest & /*request*/) const { return -EINVAL; }
 
     // handle() answers these itself (respond_read) or never sees them; the
     // response stays as it was.
@@ -364,6 +381,15 @@ MetaService::MetaService(Loop &loop, meta::Store store, MetaSettings settings)
         throw std::system_error(errno, std::generic_category(), "eventfd");
     ::randombytes_buf(&boot_id_, sizeof boot_id_);
     load_sessions();
+    open_check_ = [this](Handle h) { return held_or_dying(h); };
+    // Holds were memory: clients that held files before the restart get
+    // a lease and 10 s to re-open them (reclaim) before unheld orphans
+    // are reclaimed.  A store without sessions had no clients to wait for.
+    if (!sessions_.empty()) {
+        grace_end_ = Clock::now() + settings_.lease + std::chrono::seconds(10);
+        gossip::info(Mask::meta, "grace of {} ms for clients to re-open their files",
+                     (settings_.lease + std::chrono::seconds(10)).count());
+    }
     for (const MetaFault &f : settings_.faults) {
         gossip::warning(Mask::meta, "TEST FAULT armed: {} of the {}th {}",
                         f.kind == MetaFault::Kind::drop_reply ? "no reply" : "exit after commit",
@@ -413,6 +439,10 @@ bool MetaService::handles(proto::Op op) noexcept
     case proto::Op::remove_dir_object:
     case proto::Op::access:
     case proto::Op::session:
+    case proto::Op::open:
+    case proto::Op::close:
+    case proto::Op::orphan_done:
+    case proto::Op::list_orphans:
         return true;
     default:
         return false;
@@ -454,9 +484,18 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, const pr
     case proto::Op::access:
         respond_read(origin, cred, body);
         return;
+    case proto::Op::open:
+        serve_open(origin, cred, std::get<proto::OpenRequest>(body));
+        return;
+    case proto::Op::list_orphans:
+        serve_list_orphans(origin, cred, std::get<proto::ListOrphansRequest>(body));
+        return;
     default:
         break;
     }
+    // Any change with the client's ids renews its lease.
+    if (once.present())
+        touch(once.client_id);
     {
         const std::lock_guard lock(mutex_);
         queued_.push_back(Job{origin, cred, once, std::move(body), 0, {}, false});
@@ -474,7 +513,10 @@ void MetaService::respond_read(const Origin &origin, const Credentials &cred,
 
 void MetaService::apply(meta::WriteBatch &batch, Job &job)
 {
-    const int rc = std::visit(WriteHandler{batch, job.cred, job.response}, job.body);
+    const bool knows = job.origin.knows_orphaned;
+    const int rc = std::visit(
+        WriteHandler{batch, job.cred, job.response, knows ? open_check_ : no_check_, knows},
+        job.body);
     job.error = rc < 0 ? -rc : 0;
 }
 
@@ -484,9 +526,11 @@ void MetaService::committer()
     for (;;) {
         {
             std::unique_lock lock(mutex_);
-            // Wakes at least once a minute to sweep silent sessions.
-            wake_.wait_for(lock, std::chrono::minutes(1),
-                           [this] { return stop_ || !queued_.empty(); });
+            // Wakes at least once a minute to sweep silent sessions, and
+            // three times a lease for silent holders.
+            const auto tick =
+                std::min<std::chrono::milliseconds>(std::chrono::minutes(1), settings_.lease / 3);
+            wake_.wait_for(lock, tick, [this] { return stop_ || !queued_.empty(); });
             if (stop_)
                 return;
             const std::size_t n = std::min(queued_.size(), max_batch);
@@ -505,15 +549,25 @@ void MetaService::committer()
                 sweep_sessions(batch, now);
                 next_sweep_ = now + std::chrono::minutes(1);
             }
+            sweep_holds(batch, now);
             for (Job &job : jobs) {
                 if (std::holds_alternative<proto::SessionRequest>(job.body))
                     apply_session(batch, job);
+                else if (std::holds_alternative<proto::CloseRequest>(job.body))
+                    apply_close(batch, job);
+                else if (std::holds_alternative<proto::OrphanDoneRequest>(job.body))
+                    apply_orphan_done(batch, job);
                 else if (job.once.present())
                     apply_once(batch, job);
                 else
                     apply(batch, job);
             }
             rc = batch.commit();
+        }
+        {
+            // Committed (or not): an open may look at these again.
+            const std::lock_guard lock(open_mutex_);
+            dying_.clear();
         }
         if (rc != 0) {
             gossip::error(Mask::meta, "a metadata commit of {} changes failed: {}", jobs.size(),

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core.hpp"
@@ -42,6 +43,9 @@ struct MetaFault {
 
 struct MetaSettings {
     std::chrono::milliseconds session_ttl{std::chrono::hours(24)};
+    // A client's holds on open files go after this long without a request
+    // from it; the grace after a restart is lease + 10 s.
+    std::chrono::milliseconds lease{std::chrono::seconds(90)};
     std::size_t max_sessions = 65536;
     std::vector<MetaFault> faults;
 };
@@ -85,6 +89,14 @@ private:
         proto::ResponseBody response;
         bool ran = false; // a change with ids was applied (not answered from the cache)
     };
+    // One client's hold on an open file (docs/metadata.md "Orphans and open
+    // references").
+    struct Holder {
+        std::uint64_t client_id = 0;
+        std::uint64_t gen = 0;
+        std::uint32_t mode = 0;
+    };
+    using Clock = std::chrono::steady_clock;
     // A client session as the committer keeps it (the store has the rest).
     struct Session {
         std::string owner;
@@ -94,7 +106,18 @@ private:
     void respond_read(const Origin &origin, const Credentials &cred, proto::RequestBody &body);
     void committer();
     void load_sessions();
-    static void apply(meta::WriteBatch &batch, Job &job);
+    void apply(meta::WriteBatch &batch, Job &job);
+    // Open references (meta_open.cpp).
+    void serve_open(const Origin &origin, const Credentials &cred, const proto::OpenRequest &req);
+    void serve_list_orphans(const Origin &origin, const Credentials &cred,
+                            const proto::ListOrphansRequest &req);
+    void apply_close(meta::WriteBatch &batch, Job &job);
+    void apply_orphan_done(meta::WriteBatch &batch, Job &job);
+    [[nodiscard]] bool held_or_dying(Handle handle);
+    void touch(std::uint64_t client_id);
+    void drop_holds(std::uint64_t client_id);
+    void sweep_holds(meta::WriteBatch &batch, Clock::time_point now);
+    [[nodiscard]] bool in_grace(Clock::time_point now) const noexcept { return now < grace_end_; }
     void apply_once(meta::WriteBatch &batch, Job &job);
     void apply_session(meta::WriteBatch &batch, Job &job);
     int end_session(meta::WriteBatch &batch, std::uint64_t client_id, const char *why);
@@ -112,6 +135,19 @@ private:
     std::unordered_map<std::string, std::uint64_t> owners_; // owner -> client id
     std::vector<std::byte> digest_scratch_;
     std::chrono::steady_clock::time_point next_sweep_{};
+    // The open table: the loop registers opens, the committer asks it at
+    // each last unlink (held_or_dying) and drops holds at close.  A handle
+    // the committer found unheld at its last unlink stays `dying` until
+    // that batch is committed, so that an open in between fails (ENOENT)
+    // rather than hold an inode about to vanish.
+    std::mutex open_mutex_;
+    std::unordered_map<Handle, std::vector<Holder>> holds_;
+    std::unordered_map<std::uint64_t, Clock::time_point> seen_; // client -> last request
+    std::unordered_set<Handle> dying_;
+    Clock::time_point grace_end_{}; // none when the store had no sessions
+    meta::OpenCheck open_check_;    // held_or_dying, for the batch
+    meta::OpenCheck no_check_;      // for clients that do not know `orphaned`
+
     // The loop's own: changes answered per op, for faults.
     std::unordered_map<proto::Op, std::uint64_t> answered_;
 

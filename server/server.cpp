@@ -176,6 +176,7 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         MetaSettings settings;
         settings.session_ttl = std::chrono::milliseconds(server->cluster_.defaults.session_ttl_ms);
         settings.max_sessions = server->cluster_.defaults.max_sessions;
+        settings.lease = std::chrono::milliseconds(server->cluster_.defaults.lease_ms);
         // Test-only: lose replies on purpose (docs/testing.md).
         if (const char *faults = std::getenv("PVFS_TEST_FAULTS");
             faults != nullptr && *faults != '\0') {
@@ -269,8 +270,8 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
                         bmi_->rev_lookup(message.peer()), decoded.message());
         return;
     }
-    Origin origin{message.peer(),   message.tag(), request_.request_id,
-                  request_.session, request_.seq,  request_.op()};
+    Origin origin{message.peer(), message.tag(), request_.request_id,    request_.session,
+                  request_.seq,   request_.op(), request_.knows_orphaned};
     const ReplayVerdict verdict =
         replay_.accept(request_.session, request_.seq, request_.time_ns, realtime_ns());
     if (verdict != ReplayVerdict::accepted) {

@@ -395,7 +395,40 @@ public:
     int layout_set(Handle handle, const Layout &layout);
     Task<int> co_layout_set(Handle handle, const Layout &layout);
 
+    // ---- open references (docs/metadata.md "Orphans and open references") --
+    // For programs that want POSIX unlink semantics through the library: a
+    // file this client holds open stays readable and writable after the
+    // last unlink anywhere, until its last close here (and then its data
+    // objects go).  Opens of one handle are counted; the last close sends
+    // it.  Needs Options::exactly_once (the session); -EOPNOTSUPP without.
+    // The metadata server drops the holds of a client silent for its
+    // `lease`: a client that holds files and changes nothing calls renew()
+    // more often than that (it also re-opens the holds after a metadata
+    // server restarted, and removes the objects of unlinked files whose
+    // holder died).  mode: open_read | open_write.
+    static constexpr std::uint32_t open_read = 1;
+    static constexpr std::uint32_t open_write = 2;
+    int open(Handle handle, std::uint32_t mode, Attr &out);
+    int close(Handle handle);
+    int renew();
+    Task<int> co_open(Handle handle, std::uint32_t mode, Attr &out);
+    Task<int> co_close(Handle handle);
+    Task<int> co_renew();
+
     // ---- maintenance (pvfs-fsck) -------------------------------------------
+    // Orphans of metadata server `meta_index` (root only): files unlinked
+    // while open (state orphan_held) and data objects still to remove
+    // (orphan_reclaim), from handle > cookie.
+    struct Orphan {
+        Handle handle = no_handle;
+        std::uint8_t state = 0; // 1 held, 2 reclaim
+        std::uint64_t since_ns = 0;
+        Layout layout;
+    };
+    int list_orphans(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
+                     std::vector<Orphan> &out, bool &eof);
+    Task<int> co_list_orphans(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
+                              std::vector<Orphan> &out, bool &eof);
     // A page of the handles metadata server `meta_index` holds (root only).
     int list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
                      HandlePage &out);

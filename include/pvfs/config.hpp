@@ -81,6 +81,11 @@ struct Defaults {
     // from it, or, beyond max_sessions sessions, the longest silent first.
     std::uint32_t session_ttl_ms = 86'400'000;
     std::uint32_t max_sessions = 65536;
+    // Open references (docs/metadata.md "Orphans and open references"): a
+    // client's holds on open files go after this long without a request
+    // from it; after a restart the metadata server waits lease + 10 s for
+    // holders to re-open before it reclaims unlinked files.
+    std::uint32_t lease_ms = 90'000;
     friend bool operator==(const Defaults &, const Defaults &) = default;
 };
 

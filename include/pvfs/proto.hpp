@@ -68,6 +68,8 @@ inline constexpr std::size_t max_object_sizes = 1024;  // handles in one object_
 inline constexpr std::size_t max_list_handles = 16384; // handles in one list reply
 inline constexpr std::size_t max_xattr_names = 4096;   // names in one xattr_list reply
 inline constexpr std::size_t max_server_text = 255;    // status: server name, version
+inline constexpr std::size_t max_close_handles = 1024; // handles in one close (either way)
+inline constexpr std::size_t max_list_orphans = 4096;  // entries in one list_orphans reply
 // Above every valid message (the largest is a get_config reply).
 inline constexpr std::size_t max_message_size = max_config_text + 4096;
 
@@ -117,8 +119,15 @@ enum class Op : std::uint16_t {
     // Opens or ends a client's exactly-once session on a metadata server
     // (docs/protocol.md "Exactly once").
     session = 37,
+    // POSIX unlink semantics (docs/metadata.md "Orphans and open
+    // references"): a client's open references, and the files whose last
+    // name went while they were held.
+    open = 38,
+    close = 39,
+    orphan_done = 40,
+    list_orphans = 41,
 };
-inline constexpr std::uint16_t op_count = 37;
+inline constexpr std::uint16_t op_count = 41;
 
 // "lookup", "xattr_set", ...; "unknown" for a value outside Op.
 [[nodiscard]] const char *op_name(Op op) noexcept;
@@ -405,6 +414,65 @@ struct SessionRequest {
     friend bool operator==(const SessionRequest &, const SessionRequest &) = default;
 };
 
+// OpenRequest::mode bits.
+inline constexpr std::uint32_t open_read = 1;
+inline constexpr std::uint32_t open_write = 2;
+// getattr of `handle` that also records that client_id's session holds it
+// open, so that its last unlink keeps it (as an orphan) until the last
+// close.  gen is the opener's count of opens of the handle: an open older
+// than the hold already recorded is ignored (idempotent, no slot needed).
+// reclaim: re-established after the metadata server restarted; allowed on
+// an unlinked (orphaned) file during the server's grace period.
+struct OpenRequest {
+    Handle handle = no_handle;
+    std::uint64_t client_id = 0; // not 0
+    std::uint32_t mode = 0;      // open_read | open_write
+    std::uint64_t gen = 0;
+    bool reclaim = false;
+    friend bool operator==(const OpenRequest &, const OpenRequest &) = default;
+};
+struct OpenRef {
+    Handle handle = no_handle;
+    std::uint64_t gen = 0; // the gen of the open this closes (a later open keeps the hold)
+    friend bool operator==(const OpenRef &, const OpenRef &) = default;
+};
+// Drops client_id's holds on `refs`; no refs: renews its lease only.
+struct CloseRequest {
+    std::uint64_t client_id = 0; // not 0
+    std::vector<OpenRef> refs;   // at most max_close_handles
+    friend bool operator==(const CloseRequest &, const CloseRequest &) = default;
+};
+// The caller removed the data objects of an orphan `close` handed it: the
+// server forgets the orphan.  Idempotent.
+struct OrphanDoneRequest {
+    Handle handle = no_handle;
+    friend bool operator==(const OrphanDoneRequest &, const OrphanDoneRequest &) = default;
+};
+// The orphans of the server with handle > cookie (root only, for fsck).
+struct ListOrphansRequest {
+    std::uint64_t cookie = 0;
+    std::uint32_t max = 0;
+    friend bool operator==(const ListOrphansRequest &, const ListOrphansRequest &) = default;
+};
+
+// OrphanEntry::state
+inline constexpr std::uint8_t orphan_held = 1;    // unlinked, open somewhere: the inode stays
+inline constexpr std::uint8_t orphan_reclaim = 2; // inode gone; data objects still to remove
+struct OrphanEntry {
+    Handle handle = no_handle;
+    std::uint8_t state = orphan_held;
+    std::uint64_t since_ns = 0; // CLOCK_REALTIME of the last state change
+    Layout layout;
+    friend bool operator==(const OrphanEntry &, const OrphanEntry &) = default;
+};
+// A file whose data objects the receiver of a close reply removes, then
+// sends orphan_done.
+struct Doomed {
+    Handle handle = no_handle;
+    Layout layout;
+    friend bool operator==(const Doomed &, const Doomed &) = default;
+};
+
 // ---- response bodies, one per op, in Op order ----------------------------
 
 struct GetConfigResponse {
@@ -461,13 +529,17 @@ struct ReadlinkResponse {
     std::string target;
     friend bool operator==(const ReadlinkResponse &, const ReadlinkResponse &) = default;
 };
-// The client removes the data objects when nlink_after == 0 and type is
-// regular.
+// The client removes the data objects when nlink_after == 0, type is
+// regular and the file was not orphaned.  `orphaned` is on the wire only in
+// the reply to a request with the request_knows_orphaned flag (absent:
+// nullopt); true: the file is open somewhere and stays until its last
+// close, so the client must leave the data objects alone.
 struct RemoveResponse {
     Handle handle = no_handle;
     ObjectType type = ObjectType::regular;
     std::uint32_t nlink_after = 0;
     Layout layout;
+    std::optional<bool> orphaned;
     friend bool operator==(const RemoveResponse &, const RemoveResponse &) = default;
 };
 struct RmdirResponse {
@@ -478,6 +550,7 @@ struct RenameResponse {
     ObjectType replaced_type = ObjectType::regular;
     std::uint32_t replaced_nlink_after = 0;
     Layout layout;
+    std::optional<bool> orphaned; // of `replaced`, as RemoveResponse::orphaned
     friend bool operator==(const RenameResponse &, const RenameResponse &) = default;
 };
 struct ReaddirResponse {
@@ -577,16 +650,37 @@ struct SessionResponse {
     std::uint32_t max_slots = 0;   // slots the session may use: 0 .. max_slots - 1
     friend bool operator==(const SessionResponse &, const SessionResponse &) = default;
 };
+struct OpenResponse {
+    Attr attr;
+    std::uint64_t server_boot = 0; // as SessionResponse's: changed, re-send opens with reclaim
+    friend bool operator==(const OpenResponse &, const OpenResponse &) = default;
+};
+struct CloseResponse {
+    std::uint64_t server_boot = 0;
+    std::vector<Doomed> doomed; // at most max_close_handles
+    friend bool operator==(const CloseResponse &, const CloseResponse &) = default;
+};
+struct OrphanDoneResponse {
+    friend bool operator==(const OrphanDoneResponse &, const OrphanDoneResponse &) = default;
+};
+struct ListOrphansResponse {
+    std::vector<OrphanEntry> entries; // at most max_list_orphans
+    std::uint64_t next_cookie = 0;
+    bool eof = false;
+    friend bool operator==(const ListOrphansResponse &, const ListOrphansResponse &) = default;
+};
 
 // Alternative i is the body of Op i + 1: the variant's index is the op.
-using RequestBody = std::variant<
-    GetConfigRequest, StatusRequest, LookupRequest, GetattrRequest, SetattrRequest, CreateRequest,
-    MkdirRequest, MknodRequest, SymlinkRequest, LinkRequest, ReadlinkRequest, RemoveRequest,
-    RmdirRequest, RenameRequest, ReaddirRequest, StatfsRequest, ReadRequest, WriteRequest,
-    FsyncRequest, ObjectSizesRequest, TruncateObjectRequest, RemoveObjectRequest,
-    ListObjectsRequest, XattrGetRequest, XattrSetRequest, XattrListRequest, XattrRemoveRequest,
-    LayoutGetRequest, LayoutSetRequest, ListHandlesRequest, MkdirObjectRequest, LinkDirRequest,
-    RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest, AccessRequest, SessionRequest>;
+using RequestBody =
+    std::variant<GetConfigRequest, StatusRequest, LookupRequest, GetattrRequest, SetattrRequest,
+                 CreateRequest, MkdirRequest, MknodRequest, SymlinkRequest, LinkRequest,
+                 ReadlinkRequest, RemoveRequest, RmdirRequest, RenameRequest, ReaddirRequest,
+                 StatfsRequest, ReadRequest, WriteRequest, FsyncRequest, ObjectSizesRequest,
+                 TruncateObjectRequest, RemoveObjectRequest, ListObjectsRequest, XattrGetRequest,
+                 XattrSetRequest, XattrListRequest, XattrRemoveRequest, LayoutGetRequest,
+                 LayoutSetRequest, ListHandlesRequest, MkdirObjectRequest, LinkDirRequest,
+                 RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest, AccessRequest,
+                 SessionRequest, OpenRequest, CloseRequest, OrphanDoneRequest, ListOrphansRequest>;
 using ResponseBody = std::variant<
     GetConfigResponse, StatusResponse, LookupResponse, GetattrResponse, SetattrResponse,
     CreateResponse, MkdirResponse, MknodResponse, SymlinkResponse, LinkResponse, ReadlinkResponse,
@@ -594,7 +688,8 @@ using ResponseBody = std::variant<
     WriteResponse, FsyncResponse, ObjectSizesResponse, TruncateObjectResponse, RemoveObjectResponse,
     ListObjectsResponse, XattrGetResponse, XattrSetResponse, XattrListResponse, XattrRemoveResponse,
     LayoutGetResponse, LayoutSetResponse, ListHandlesResponse, MkdirObjectResponse, LinkDirResponse,
-    RetireDirResponse, UnlinkDirResponse, RemoveDirObjectResponse, AccessResponse, SessionResponse>;
+    RetireDirResponse, UnlinkDirResponse, RemoveDirObjectResponse, AccessResponse, SessionResponse,
+    OpenResponse, CloseResponse, OrphanDoneResponse, ListOrphansResponse>;
 static_assert(std::variant_size_v<RequestBody> == op_count);
 static_assert(std::variant_size_v<ResponseBody> == op_count);
 
@@ -618,6 +713,12 @@ inline constexpr std::uint32_t max_slots = 1024;
 inline constexpr std::uint32_t max_steps = 16;
 // Request envelope flags: the OnceIds follow the timestamp.
 inline constexpr std::uint32_t request_has_once = 1;
+// The sender decodes RemoveResponse/RenameResponse::orphaned: the server
+// may orphan a held file (and appends the field); without it the server
+// destroys the file as before, since the sender would remove its data
+// objects anyway (docs/protocol.md "Versioning").
+inline constexpr std::uint32_t request_knows_orphaned = 2;
+inline constexpr std::uint32_t request_flags = request_has_once | request_knows_orphaned;
 
 struct Request {
     std::uint64_t request_id = 0; // the client's, echoed in the response
@@ -625,6 +726,7 @@ struct Request {
     std::uint64_t seq = 0;        // strictly increasing within a session
     std::int64_t time_ns = 0;     // the client's CLOCK_REALTIME when sent
     OnceIds once;                 // on the wire only when present()
+    bool knows_orphaned = false;  // envelope flag request_knows_orphaned
     Credentials cred;
     RequestBody body; // its alternative is the op
     [[nodiscard]] Op op() const noexcept { return static_cast<Op>(body.index() + 1); }

@@ -570,7 +570,8 @@ Task<int> Client::co_unlink(Handle parent, std::string_view name)
         co_return 0;
     m.forget(r.handle);
     m.layouts.erase(r.handle);
-    if (r.type == ObjectType::regular && r.nlink_after == 0)
+    // orphaned: open somewhere; its last close removes the objects.
+    if (r.type == ObjectType::regular && r.nlink_after == 0 && !r.orphaned.value_or(false))
         co_await m.remove_objects(r.handle, r.layout);
     co_return 0;
 }
@@ -604,7 +605,8 @@ Task<int> Client::co_rename(Handle old_parent, std::string_view old_name, Handle
         co_return rc;
     if (r.replaced != no_handle) {
         m.forget(r.replaced);
-        if (r.replaced_type == ObjectType::regular && r.replaced_nlink_after == 0)
+        if (r.replaced_type == ObjectType::regular && r.replaced_nlink_after == 0 &&
+            !r.orphaned.value_or(false))
             co_await m.remove_objects(r.replaced, r.layout);
     }
     co_return 0;

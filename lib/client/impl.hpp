@@ -50,6 +50,16 @@ struct Client::Impl {
     Loop::Impl *engine = nullptr;
     std::vector<std::string> urls; // per server: the address used
     std::vector<std::size_t> meta_servers;
+    // Client::open's holds (client_open.cpp): handle -> {count, gen, mode},
+    // and each metadata server's boot id as its last open/close said.
+    struct Opened {
+        std::uint32_t count = 0;
+        std::uint64_t gen = 0;
+        std::uint32_t mode = 0;
+    };
+    std::unordered_map<Handle, Opened> opened;
+    std::unordered_map<std::size_t, std::uint64_t> meta_boots;
+    std::uint64_t open_gen = 0;
     std::vector<std::size_t> data_servers;
     bool rdma = false; // data servers move bulk data by RDMA (Options::server_rdma)
 
@@ -169,6 +179,9 @@ struct Client::Impl {
         Rpc r;
         r.server = server;
         r.req.body = std::move(body);
+        // co_unlink/co_rename read `orphaned`; only they say so, so that
+        // the rest still reaches a server that does not know the flag.
+        r.req.knows_orphaned = r.req.op() == proto::Op::remove || r.req.op() == proto::Op::rename;
         SlotHold hold;
         take_once(r, hold);
         Rpc *p = &r;
@@ -184,6 +197,7 @@ struct Client::Impl {
             again.server = server;
             again.req.body = std::move(r.req.body);
             again.req.once = r.req.once;
+            again.req.knows_orphaned = r.req.knows_orphaned;
             Rpc *q = &again;
             co_await run(std::span(&q, 1));
             rc = again.result();

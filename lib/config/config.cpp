@@ -297,7 +297,7 @@ private:
         reject_unknown(d, "defaults",
                        {"stripe_size", "stripe_count", "bulk_chunk", "request_timeout",
                         "idle_timeout", "root_squash", "durable_metadata", "session_ttl",
-                        "max_sessions"});
+                        "max_sessions", "lease"});
         if (const Value *v = member(d, "stripe_size")) {
             const std::uint32_t size =
                 require_size_in(*v, "defaults.stripe_size", min_stripe_size, max_stripe_size);
@@ -337,6 +337,11 @@ private:
             out.session_ttl_ms = require_duration_ms(*v, "defaults.session_ttl");
             if (out.session_ttl_ms < 1000)
                 fail(*v, "defaults.session_ttl", "shorter than 1 s");
+        }
+        if (const Value *v = member(d, "lease")) {
+            out.lease_ms = require_duration_ms(*v, "defaults.lease");
+            if (out.lease_ms < 1000)
+                fail(*v, "defaults.lease", "shorter than 1 s");
         }
         if (const Value *v = member(d, "max_sessions")) {
             const std::int64_t n = require_integer(*v, "defaults.max_sessions");
@@ -715,6 +720,7 @@ std::string to_toml(const Cluster &c)
     out += fmt::format("durable_metadata = {}\n", d.durable_metadata);
     out += fmt::format("session_ttl = {}\n", detail::duration_toml(d.session_ttl_ms));
     out += fmt::format("max_sessions = {}\n", d.max_sessions);
+    out += fmt::format("lease = {}\n", detail::duration_toml(d.lease_ms));
     for (const Server &s : c.servers) {
         out += "\n[[server]]\n";
         out += fmt::format("name = {}\n", toml_string(s.name));

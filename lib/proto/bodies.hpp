@@ -284,7 +284,73 @@ template <class Io, Is<SessionRequest> B> void fields(Io &io, B &b)
     }
 }
 
+template <class Io, Is<OpenRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.num(b.client_id);
+    io.num(b.mode);
+    io.num(b.gen);
+    io.flag(b.reclaim);
+    if (b.client_id == 0)
+        io.fail_if_decoding(DecodeError::bad_value, "open of client 0");
+    if ((b.mode & ~(open_read | open_write)) != 0)
+        io.fail_if_decoding(DecodeError::bad_value, "open mode has unknown bits");
+}
+
+template <class Io, Is<CloseRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.client_id);
+    io.list(b.refs, max_close_handles, 16, "more than 1024 handles in a close", [&io](auto &r) {
+        io.num(r.handle);
+        io.num(r.gen);
+    });
+    if (b.client_id == 0)
+        io.fail_if_decoding(DecodeError::bad_value, "close of client 0");
+}
+
+template <class Io, Is<OrphanDoneRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+}
+
+template <class Io, Is<ListOrphansRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.cookie);
+    io.num(b.max);
+}
+
 // ---- responses -------------------------------------------------------
+
+template <class Io, Is<OpenResponse> B> void fields(Io &io, B &b)
+{
+    fields(io, b.attr);
+    io.num(b.server_boot);
+}
+
+template <class Io, Is<CloseResponse> B> void fields(Io &io, B &b)
+{
+    io.num(b.server_boot);
+    io.list(b.doomed, max_close_handles, 8 + 12, "more than 1024 handles in a close reply",
+            [&io](auto &d) {
+                io.num(d.handle);
+                fields(io, d.layout);
+            });
+}
+
+template <class Io, Is<ListOrphansResponse> B> void fields(Io &io, B &b)
+{
+    io.list(b.entries, max_list_orphans, 8 + 1 + 8 + 12, "more than 4096 orphans in a listing",
+            [&io](auto &e) {
+                io.num(e.handle);
+                io.num(e.state);
+                if (e.state != orphan_held && e.state != orphan_reclaim)
+                    io.fail_if_decoding(DecodeError::bad_value, "unknown orphan state");
+                io.num(e.since_ns);
+                fields(io, e.layout);
+            });
+    io.num(b.next_cookie);
+    io.flag(b.eof);
+}
 
 template <class Io, Is<SessionResponse> B> void fields(Io &io, B &b)
 {
@@ -335,6 +401,7 @@ template <class Io, Is<RemoveResponse> B> void fields(Io &io, B &b)
     io.type(b.type);
     io.num(b.nlink_after);
     fields(io, b.layout);
+    io.trailing_flag(b.orphaned);
 }
 
 template <class Io, Is<RenameResponse> B> void fields(Io &io, B &b)
@@ -343,6 +410,7 @@ template <class Io, Is<RenameResponse> B> void fields(Io &io, B &b)
     io.type(b.replaced_type);
     io.num(b.replaced_nlink_after);
     fields(io, b.layout);
+    io.trailing_flag(b.orphaned);
 }
 
 template <class Io, Is<ReaddirResponse> B> void fields(Io &io, B &b)

@@ -10,6 +10,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -38,6 +39,14 @@ public:
     // Domain checks live in the shared field lists; only a decoder acts.
     void fail_if_decoding(DecodeError /*error*/, const char * /*what*/) noexcept {}
     void flag(bool value) { num(static_cast<std::uint8_t>(value ? 1 : 0)); }
+    // A field appended to a body after its first release: present only when
+    // set, so a reply to a peer that does not know it keeps the old layout.
+    // It must be the body's last.
+    void trailing_flag(const std::optional<bool> &value)
+    {
+        if (value.has_value())
+            flag(*value);
+    }
     void type(ObjectType value) { num(static_cast<std::uint8_t>(value)); }
     void mode(std::uint32_t value) { num(value); }
     void timespec(const Timespec &t)
@@ -122,6 +131,15 @@ public:
         }
         pos_ += sizeof(U);
         value = static_cast<T>(bits);
+    }
+    void trailing_flag(std::optional<bool> &value)
+    {
+        value.reset();
+        if (left() == 0)
+            return;
+        bool b = false;
+        flag(b);
+        value = b;
     }
     void flag(bool &value)
     {

@@ -103,6 +103,14 @@ static_assert(body_for<Op::access, RequestBody, AccessRequest>);
 static_assert(body_for<Op::access, ResponseBody, AccessResponse>);
 static_assert(body_for<Op::session, RequestBody, SessionRequest>);
 static_assert(body_for<Op::session, ResponseBody, SessionResponse>);
+static_assert(body_for<Op::open, RequestBody, OpenRequest>);
+static_assert(body_for<Op::open, ResponseBody, OpenResponse>);
+static_assert(body_for<Op::close, RequestBody, CloseRequest>);
+static_assert(body_for<Op::close, ResponseBody, CloseResponse>);
+static_assert(body_for<Op::orphan_done, RequestBody, OrphanDoneRequest>);
+static_assert(body_for<Op::orphan_done, ResponseBody, OrphanDoneResponse>);
+static_assert(body_for<Op::list_orphans, RequestBody, ListOrphansRequest>);
+static_assert(body_for<Op::list_orphans, ResponseBody, ListOrphansResponse>);
 
 constexpr std::array<const char *, op_count> op_names = {
     "get_config",      "status",        "lookup",       "getattr",    "setattr",
@@ -112,7 +120,8 @@ constexpr std::array<const char *, op_count> op_names = {
     "truncate_object", "remove_object", "list_objects", "xattr_get",  "xattr_set",
     "xattr_list",      "xattr_remove",  "layout_get",   "layout_set", "list_handles",
     "mkdir_object",    "link_dir",      "retire_dir",   "unlink_dir", "remove_dir_object",
-    "access",          "session"};
+    "access",          "session",       "open",         "close",      "orphan_done",
+    "list_orphans"};
 
 // Parsers indexed by op - 1: each emplaces its body alternative and reads
 // its fields.
@@ -285,7 +294,8 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     e.num(request_magic);
     e.num(protocol_version);
     e.num(static_cast<std::uint16_t>(req.op()));
-    e.num(req.once.present() ? request_has_once : 0U); // flags
+    e.num((req.once.present() ? request_has_once : 0U) |
+          (req.knows_orphaned ? request_knows_orphaned : 0U)); // flags
     e.num(req.request_id);
     e.num(req.session);
     e.num(req.seq);
@@ -356,9 +366,10 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
     const Op op = read_preamble(d, request_magic, "not a pvfs request");
     std::uint32_t flags = 0;
     d.num(flags);
-    if (d.ok() && (flags & ~request_has_once) != 0) {
+    if (d.ok() && (flags & ~request_flags) != 0) {
         d.fail(DecodeError::bad_flags, "unknown request flags", flags);
     }
+    out.knows_orphaned = (flags & request_knows_orphaned) != 0;
     d.num(out.request_id);
     d.num(out.session);
     d.num(out.seq);

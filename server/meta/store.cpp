@@ -258,11 +258,14 @@ int WriteBatch::link(const Credentials &cred, Handle target, Handle new_parent,
                   : batch_ended;
 }
 
-int WriteBatch::unlink(const Credentials &cred, Handle parent, std::string_view name, Removed &out)
+int WriteBatch::unlink(const Credentials &cred, Handle parent, std::string_view name, Removed &out,
+                       const OpenCheck &held)
 {
-    return state_
-               ? state_->run([&](ops::Tx &tx) { return ops::unlink(tx, cred, parent, name, out); })
-               : batch_ended;
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        tx.held = &held;
+        return ops::unlink(tx, cred, parent, name, out);
+    })
+                  : batch_ended;
 }
 
 int WriteBatch::rmdir(const Credentials &cred, Handle parent, std::string_view name)
@@ -273,9 +276,10 @@ int WriteBatch::rmdir(const Credentials &cred, Handle parent, std::string_view n
 
 int WriteBatch::rename(const Credentials &cred, Handle old_parent, std::string_view old_name,
                        Handle new_parent, std::string_view new_name, std::uint32_t flags,
-                       Removed &replaced)
+                       Removed &replaced, const OpenCheck &held)
 {
     return state_ ? state_->run([&](ops::Tx &tx) {
+        tx.held = &held;
         return ops::rename(tx, cred, old_parent, old_name, new_parent, new_name, flags, replaced);
     })
                   : batch_ended;
@@ -347,6 +351,27 @@ int WriteBatch::unlink_dir(const Credentials &cred, Handle parent, std::string_v
 {
     return state_ ? state_->run([&](ops::Tx &tx) {
         return ops::unlink_dir(tx, cred, parent, name, handle, owner_uid);
+    })
+                  : batch_ended;
+}
+
+int WriteBatch::release(Handle handle, Removed &out)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) { return ops::release(tx, handle, out); })
+                  : batch_ended;
+}
+
+int WriteBatch::orphan_done(Handle handle)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) { return ops::orphan_done(tx, handle); })
+                  : batch_ended;
+}
+
+int WriteBatch::orphan_handout(std::uint64_t older_than_ns, std::uint64_t now_ns, std::size_t max,
+                               std::vector<Orphan> &out)
+{
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::orphan_handout(tx, older_than_ns, now_ns, max, out);
     })
                   : batch_ended;
 }
@@ -521,6 +546,14 @@ int Store::list_handles(std::uint64_t cookie, std::uint32_t max_handles, HandleP
         return -EBADF;
     return impl_->read(
         [&](ops::Tx &tx) { return ops::list_handles(tx, cookie, max_handles, out); });
+}
+
+int Store::list_orphans(std::uint64_t cookie, std::uint32_t max, std::vector<Orphan> &out,
+                        bool &eof) const
+{
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::list_orphans(tx, cookie, max, out, eof); });
 }
 
 int Store::list_sessions(std::vector<SessionRecord> &out) const

@@ -352,6 +352,16 @@ private:
     a.nlink = a.type == ObjectType::directory ? 0 : (a.nlink > 0 ? a.nlink - 1 : 0);
     a.ctime = tx.now;
     out = Removed{a.handle, a.type, a.nlink, a.layout};
+    if (a.nlink == 0 && a.type == ObjectType::regular && tx.held != nullptr && *tx.held &&
+        (*tx.held)(a.handle)) {
+        // Open somewhere: POSIX keeps it until the last close (the service
+        // calls release then).  Same transaction, so a crash leaves either
+        // the name or the orphan.
+        out.orphaned = true;
+        if (const int rc = save(tx, inode); rc != 0)
+            return rc;
+        return orphan_put(tx, Orphan{a.handle, OrphanState::held, time_ns(tx.now), a.layout});
+    }
     if (a.nlink == 0)
         return destroy(tx, inode);
     return save(tx, inode);
@@ -519,6 +529,7 @@ int open_tables(MDB_txn *txn, Tables &out) noexcept
         {"xattrs", &out.xattrs},
         {"sessions", &out.sessions},
         {"replies", &out.replies},
+        {"orphans", &out.orphans},
     }};
     for (const Named &t : tables) {
         const int rc = mdb_dbi_open(txn, t.name, MDB_CREATE, t.dbi);
@@ -885,6 +896,10 @@ int link(Tx &tx, const Credentials &cred, Handle target, Handle new_parent,
         return rc == 0 ? -EEXIST : rc;
     if (source.attr.type == ObjectType::directory)
         return -EPERM;
+    // An orphan (unlinked, still open) gets no name back, as linkat(2) of
+    // an unlinked file is ENOENT.
+    if (source.attr.nlink == 0)
+        return -ENOENT;
     if (const int rc = perm::may_hardlink(cred, source.attr); rc != 0)
         return rc;
     if (const int rc = perm::may_create(cred, dir.attr); rc != 0)
@@ -930,6 +945,33 @@ int unlink(Tx &tx, const Credentials &cred, Handle parent, std::string_view name
     if (const int rc = remove_entry(tx, parent, name); rc != 0)
         return rc;
     return drop_link(tx, entry.child, out);
+}
+
+int release(Tx &tx, Handle handle, Removed &out)
+{
+    out = Removed{};
+    Orphan orphan;
+    if (const int rc = orphan_get(tx, handle, orphan); rc != 0)
+        return rc == -ENOENT ? 0 : rc;
+    if (orphan.state != OrphanState::held)
+        return 0;
+    Inode inode;
+    if (const int rc = load(tx, handle, inode); rc == 0) {
+        // Linked again cannot happen (link refuses nlink 0), but a damaged
+        // store should not lose a named file.
+        if (inode.attr.nlink != 0)
+            return orphan_delete(tx, handle);
+        if (const int d = destroy(tx, inode); d != 0)
+            return d;
+    } else if (rc != -ENOENT) {
+        return rc;
+    }
+    orphan.state = OrphanState::reclaim;
+    orphan.since_ns = time_ns(tx.now);
+    if (const int rc = orphan_put(tx, orphan); rc != 0)
+        return rc;
+    out = Removed{handle, ObjectType::regular, 0, orphan.layout, false};
+    return 0;
 }
 
 int rmdir(Tx &tx, const Credentials &cred, Handle parent, std::string_view name)

@@ -27,8 +27,9 @@ struct Tables {
     MDB_dbi xattrs = 0;   // (handle BE, name) -> value
     MDB_dbi sessions = 0; // client id BE -> session record (once.cpp)
     MDB_dbi replies = 0;  // (client id BE, slot BE) -> reply record (once.cpp)
+    MDB_dbi orphans = 0;  // handle BE -> orphan record (orphans.cpp)
 };
-inline constexpr unsigned table_count = 8;
+inline constexpr unsigned table_count = 9;
 
 // One transaction and the store it belongs to.
 struct Tx {
@@ -37,6 +38,8 @@ struct Tx {
     std::uint32_t server = 0; // this store's index: handles of others are -EXDEV
     std::uint32_t max_links = meta::max_links;
     Timespec now; // the time of the operation
+    // unlink and rename: is a regular file open somewhere?  nullptr: no.
+    const OpenCheck *held = nullptr;
 };
 
 // Opens the tables, creating missing ones (needs a write transaction).
@@ -107,6 +110,18 @@ struct Tx {
 [[nodiscard]] int session_get(Tx &tx, std::uint64_t client_id, SessionRecord &out);
 [[nodiscard]] int session_delete(Tx &tx, std::uint64_t client_id);
 [[nodiscard]] int list_sessions(Tx &tx, std::vector<SessionRecord> &out);
+
+// ---- orphans (orphans.cpp; release in ops.cpp) ----
+[[nodiscard]] int orphan_put(const Tx &tx, const Orphan &orphan);
+[[nodiscard]] int orphan_get(const Tx &tx, Handle handle, Orphan &out);
+[[nodiscard]] int orphan_delete(const Tx &tx, Handle handle);
+[[nodiscard]] int release(Tx &tx, Handle handle, Removed &out);
+[[nodiscard]] int orphan_done(Tx &tx, Handle handle);
+[[nodiscard]] int orphan_handout(Tx &tx, std::uint64_t older_than_ns, std::uint64_t now_ns,
+                                 std::size_t max, std::vector<Orphan> &out);
+[[nodiscard]] int list_orphans(Tx &tx, std::uint64_t cookie, std::uint32_t max,
+                               std::vector<Orphan> &out, bool &eof);
+[[nodiscard]] std::uint64_t time_ns(const Timespec &t) noexcept;
 
 } // namespace pvfs::meta::ops
 

@@ -38,6 +38,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -90,12 +91,31 @@ struct CreateResult {
 
 // What unlink (and a rename that replaced its target) took away, so the
 // caller can remove a regular file's data objects once nlink_after is 0.
+// orphaned: the file was held open, so its inode stays (nlink 0) with an
+// orphan record until its last close; the data objects must stay too.
 struct Removed {
     Handle handle = no_handle; // no_handle: nothing was removed
     ObjectType type = ObjectType::regular;
     std::uint32_t nlink_after = 0;
     Layout layout;
+    bool orphaned = false;
     friend bool operator==(const Removed &, const Removed &) = default;
+};
+
+// ---- orphans (docs/metadata.md "Orphans and open references") ----
+// Asked by unlink and rename when a regular file's last link goes: is it
+// open somewhere (the service's open table)?  Runs on the batch's thread.
+using OpenCheck = std::function<bool(Handle)>;
+enum class OrphanState : std::uint8_t {
+    held = 1,    // no name, open somewhere: the inode stays at nlink 0
+    reclaim = 2, // the inode is gone; its data objects are still to remove
+};
+struct Orphan {
+    Handle handle = no_handle;
+    OrphanState state = OrphanState::held;
+    std::uint64_t since_ns = 0; // CLOCK_REALTIME of the last change of state
+    Layout layout;
+    friend bool operator==(const Orphan &, const Orphan &) = default;
 };
 
 struct DirEntry {
@@ -201,14 +221,16 @@ public:
     // A new name for `target` (not a directory: -EPERM).
     [[nodiscard]] int link(const Credentials &cred, Handle target, Handle new_parent,
                            std::string_view new_name, Attr &out);
+    // A regular file's last link: if `held` says it is open, it becomes an
+    // orphan (out.orphaned) instead of going away.
     [[nodiscard]] int unlink(const Credentials &cred, Handle parent, std::string_view name,
-                             Removed &out);
+                             Removed &out, const OpenCheck &held = {});
     [[nodiscard]] int rmdir(const Credentials &cred, Handle parent, std::string_view name);
     // rename(2)/renameat2(2) with rename_noreplace or rename_exchange.  If
     // an object was replaced (and so lost a link), `replaced` says which.
     [[nodiscard]] int rename(const Credentials &cred, Handle old_parent, std::string_view old_name,
                              Handle new_parent, std::string_view new_name, std::uint32_t flags,
-                             Removed &replaced);
+                             Removed &replaced, const OpenCheck &held = {});
     // chmod, chown, utimensat: see perm::apply_setattr.
     [[nodiscard]] int setattr(const Credentials &cred, Handle handle,
                               const perm::AttrChange &change, Attr &out);
@@ -241,6 +263,21 @@ public:
     [[nodiscard]] int session_put(const SessionRecord &session);
     [[nodiscard]] int session_get(std::uint64_t client_id, SessionRecord &out);
     [[nodiscard]] int session_delete(std::uint64_t client_id);
+
+    // ---- orphans ----
+    // The last hold of `handle` went: a held orphan's inode goes and its
+    // record turns to reclaim; `out` names it (regular, nlink_after 0,
+    // its layout) so the caller removes the data objects.  Anything else
+    // (a file with names, no orphan): out.handle is no_handle.
+    [[nodiscard]] int release(Handle handle, Removed &out);
+    // The data objects of a reclaim orphan are gone: forget it.  0 also when
+    // there is no record; -EBUSY for a held one.
+    [[nodiscard]] int orphan_done(Handle handle);
+    // Up to `max` reclaim orphans whose since_ns <= older_than_ns, for a
+    // client to finish; each one's since_ns becomes now_ns, so it is
+    // handed out again only if that client does not finish it either.
+    [[nodiscard]] int orphan_handout(std::uint64_t older_than_ns, std::uint64_t now_ns,
+                                     std::size_t max, std::vector<Orphan> &out);
 
     // ---- remote directories (docs/metadata.md "Remote directories") ----
     // These are the steps of a mkdir and an rmdir that span two metadata
@@ -323,6 +360,10 @@ public:
     // cookie 0 to start.
     [[nodiscard]] int list_handles(std::uint64_t cookie, std::uint32_t max_handles,
                                    HandlePage &out) const;
+    // Orphans with handle > cookie, at most max, in handle order; eof when
+    // none follow.
+    [[nodiscard]] int list_orphans(std::uint64_t cookie, std::uint32_t max,
+                                   std::vector<Orphan> &out, bool &eof) const;
     // Every client session (for the server's session table at start).
     [[nodiscard]] int list_sessions(std::vector<SessionRecord> &out) const;
 

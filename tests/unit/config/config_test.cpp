@@ -139,6 +139,7 @@ config::Cluster unusual_cluster()
     c.defaults.durable_metadata = false;
     c.defaults.session_ttl_ms = 90'000;
     c.defaults.max_sessions = 7;
+    c.defaults.lease_ms = 3000;
     c.servers = {
         {"a", {"tcp://[::1]:1", "ib://[fe80::1]:65535"}, true, true, "/s/a"},
         {"b", {"ib://host-b.example:4000"}, false, true, "/s/b"},
@@ -168,6 +169,7 @@ ATF_TEST_CASE_BODY(example_parses)
     ATF_REQUIRE(c.defaults.durable_metadata);
     ATF_REQUIRE_EQ(c.defaults.session_ttl_ms, 86'400'000U);
     ATF_REQUIRE_EQ(c.defaults.max_sessions, 65536U);
+    ATF_REQUIRE_EQ(c.defaults.lease_ms, 90'000U);
     ATF_REQUIRE_EQ(c.servers.size(), 4U);
     ATF_REQUIRE_EQ(c.servers[0].name, "meta0");
     ATF_REQUIRE(c.servers[0].addresses ==
@@ -209,6 +211,7 @@ ATF_TEST_CASE_BODY(round_trip)
     ATF_REQUIRE(text.find("idle_timeout = \"2min\"") != std::string::npos);
     ATF_REQUIRE(text.find("session_ttl = \"90s\"") != std::string::npos);
     ATF_REQUIRE(text.find("max_sessions = 7\n") != std::string::npos);
+    ATF_REQUIRE(text.find("lease = \"3s\"") != std::string::npos);
     // A stripe count equal to the number of data servers is "every one".
     ATF_REQUIRE(config::to_toml(example.cluster).find("stripe_count = 0") != std::string::npos);
 }
@@ -333,10 +336,11 @@ ATF_TEST_CASE_BODY(defaults_errors)
     expect_error(defaults("session_ttl = \"500ms\""),
                  "t.toml:19: defaults.session_ttl: ", "shorter than 1 s");
     expect_error(defaults("session_ttl = 60"), "t.toml:19: defaults.session_ttl: ", "unit");
+    expect_error(defaults("lease = \"500ms\""), "t.toml:19: defaults.lease: ", "shorter than 1 s");
     expect_error(defaults("max_sessions = 0"),
                  "t.toml:19: defaults.max_sessions: ", "0 is not in 1 .. 16777216");
-    expect_error(defaults("max_sessions = 16777217"), "t.toml:19: defaults.max_sessions: ",
-                 "is not in");
+    expect_error(defaults("max_sessions = 16777217"),
+                 "t.toml:19: defaults.max_sessions: ", "is not in");
 
     const config::Cluster c = parse_ok(defaults("stripe_count = 1\nstripe_size = 65536"));
     ATF_REQUIRE(c.defaults.default_layout == (pvfs::Layout{65536, 1, 0}));

@@ -286,7 +286,15 @@ ATF_TEST_CASE_BODY(op_numbers_and_names)
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::access)), "access");
     ATF_REQUIRE_EQ(static_cast<int>(proto::Op::session), 37);
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::session)), "session");
-    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(38))), "unknown");
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::open), 38);
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::close), 39);
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::orphan_done), 40);
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::list_orphans), 41);
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::open)), "open");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::close)), "close");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::orphan_done)), "orphan_done");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::list_orphans)), "list_orphans");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(42))), "unknown");
     const proto::Request req = samples::request(proto::TruncateObjectRequest{});
     ATF_REQUIRE(req.op() == proto::Op::truncate_object);
     // The op is on the wire at bytes 6..7.
@@ -388,8 +396,9 @@ ATF_TEST_CASE_BODY(wrong_op)
 ATF_TEST_CASE_WITHOUT_HEAD(nonzero_flags);
 ATF_TEST_CASE_BODY(nonzero_flags)
 {
-    // Bit 0 is request_has_once (once_ids below); every other bit is unknown.
-    for (const std::uint32_t flags : {2U, 0x80000000U, 0xFFFFFFFFU}) {
+    // Bit 0 is request_has_once (once_ids below), bit 1
+    // request_knows_orphaned (orphaned_field); every other bit is unknown.
+    for (const std::uint32_t flags : {4U, 0x80000000U, 0xFFFFFFFFU}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u32(m, request_flags_at, flags);
         resign(m);
@@ -438,6 +447,70 @@ ATF_TEST_CASE_BODY(once_ids)
     ATF_REQUIRE(d1 != proto::body_digest(proto::RmdirRequest{.parent = 9, .name = "f"}, scratch));
 }
 
+// RemoveResponse/RenameResponse::orphaned is a trailing field: absent, the
+// body is the old one (for a client that did not say it knows it); the
+// request says so with an envelope flag.
+ATF_TEST_CASE_WITHOUT_HEAD(orphaned_field);
+ATF_TEST_CASE_BODY(orphaned_field)
+{
+    const auto key = samples::test_key();
+    proto::RemoveResponse body{.handle = 9, .nlink_after = 0, .layout = {65536, 1, 0}};
+    const auto old_layout = encoded(samples::response(body), key);
+    body.orphaned = false;
+    const auto with_false = encoded(samples::response(body), key);
+    body.orphaned = true;
+    const auto with_true = encoded(samples::response(body), key);
+    ATF_REQUIRE_EQ(with_true.size(), old_layout.size() + 1);
+    proto::Response back;
+    ATF_REQUIRE(proto::decode(old_layout, key, back));
+    ATF_REQUIRE(!std::get<proto::RemoveResponse>(back.body).orphaned.has_value());
+    ATF_REQUIRE(proto::decode(with_false, key, back));
+    ATF_REQUIRE(std::get<proto::RemoveResponse>(back.body).orphaned == false);
+    ATF_REQUIRE(proto::decode(with_true, key, back));
+    ATF_REQUIRE(std::get<proto::RemoveResponse>(back.body).orphaned == true);
+    auto bad = with_true;
+    bad.at(bad.size() - proto::mac_size - 1) = std::byte{2};
+    resign(bad);
+    require_error(decode_response(bad), DecodeError::bad_value, "orphaned not a boolean");
+
+    proto::Request req = samples::request(proto::RemoveRequest{.parent = 9, .name = "f"});
+    req.once = {};
+    req.knows_orphaned = true;
+    const auto m = encoded(req, key);
+    ATF_REQUIRE_EQ(static_cast<unsigned>(m.at(request_flags_at)), 2U);
+    proto::Request rback;
+    ATF_REQUIRE(proto::decode(m, key, rback));
+    ATF_REQUIRE(rback.knows_orphaned);
+    req.knows_orphaned = false;
+    ATF_REQUIRE(proto::decode(encoded(req, key), key, rback));
+    ATF_REQUIRE(!rback.knows_orphaned);
+}
+
+// The open-reference bodies refuse what no client sends.
+ATF_TEST_CASE_WITHOUT_HEAD(open_close_values);
+ATF_TEST_CASE_BODY(open_close_values)
+{
+    const auto key = samples::test_key();
+    proto::Request back;
+    const auto decode_req = [&](const proto::RequestBody &body) {
+        return proto::decode(encoded(samples::request(body), key), key, back);
+    };
+    require_error(decode_req(proto::OpenRequest{.handle = 1, .client_id = 0}),
+                  DecodeError::bad_value, "open of client 0");
+    require_error(decode_req(proto::OpenRequest{.handle = 1, .client_id = 1, .mode = 4}),
+                  DecodeError::bad_value, "open mode bit 4");
+    require_error(decode_req(proto::CloseRequest{.client_id = 0}), DecodeError::bad_value,
+                  "close of client 0");
+    ATF_REQUIRE(decode_req(proto::CloseRequest{.client_id = 3}));
+    ATF_REQUIRE(std::get<proto::CloseRequest>(back.body).refs.empty());
+    proto::Response rback;
+    require_error(proto::decode(encoded(samples::response(proto::ListOrphansResponse{
+                                            .entries = {{.handle = 1, .state = 3}}}),
+                                        key),
+                                key, rback),
+                  DecodeError::bad_value, "orphan state 3");
+}
+
 // The reply cache's body codec: every response body round-trips.
 ATF_TEST_CASE_WITHOUT_HEAD(body_codec);
 ATF_TEST_CASE_BODY(body_codec)
@@ -453,8 +526,11 @@ ATF_TEST_CASE_BODY(body_codec)
             ATF_FAIL(std::string(proto::op_name(static_cast<proto::Op>(op))) + ": " + r.message());
         ATF_REQUIRE(back == body);
         if (!bytes.empty()) {
+            // Short by a byte: refused, or (a trailing field, such as
+            // RemoveResponse::orphaned, cut off whole) another body.
             bytes.pop_back();
-            ATF_REQUIRE(!proto::decode_body(static_cast<proto::Op>(op), bytes, back));
+            ATF_REQUIRE(!proto::decode_body(static_cast<proto::Op>(op), bytes, back) ||
+                        back != body);
         }
     }
     proto::ResponseBody unused;
@@ -945,6 +1021,8 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, wrong_version);
     ATF_ADD_TEST_CASE(tcs, wrong_op);
     ATF_ADD_TEST_CASE(tcs, nonzero_flags);
+    ATF_ADD_TEST_CASE(tcs, orphaned_field);
+    ATF_ADD_TEST_CASE(tcs, open_close_values);
     ATF_ADD_TEST_CASE(tcs, once_ids);
     ATF_ADD_TEST_CASE(tcs, body_codec);
     ATF_ADD_TEST_CASE(tcs, truncated_at_every_byte);

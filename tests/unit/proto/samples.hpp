@@ -169,6 +169,15 @@ inline std::vector<proto::RequestBody> request_bodies()
         AccessRequest{.handle = h, .mask = access_read | access_write},
         SessionRequest{
             .client_id = 0x0123456789ABCDEF, .action = session_open, .owner = "machine:/mnt/pvfs"},
+        OpenRequest{.handle = h,
+                    .client_id = 0x0123456789ABCDEF,
+                    .mode = open_read | open_write,
+                    .gen = 41,
+                    .reclaim = true},
+        CloseRequest{.client_id = 0x0123456789ABCDEF,
+                     .refs = {{.handle = h, .gen = 41}, {.handle = d, .gen = 1}}},
+        OrphanDoneRequest{.handle = h},
+        ListOrphansRequest{.cookie = 5, .max = 100},
     };
 }
 
@@ -208,12 +217,14 @@ inline std::vector<proto::ResponseBody> response_bodies()
         RemoveResponse{.handle = pvfs::make_handle(1, 9),
                        .type = pvfs::ObjectType::regular,
                        .nlink_after = 0,
-                       .layout = {65536, 2, 1}},
+                       .layout = {65536, 2, 1},
+                       .orphaned = true},
         RmdirResponse{},
         RenameResponse{.replaced = pvfs::make_handle(1, 10),
                        .replaced_type = pvfs::ObjectType::symlink,
                        .replaced_nlink_after = 2,
-                       .layout = {0, 0, 0}},
+                       .layout = {0, 0, 0},
+                       .orphaned = std::nullopt}, // a reply to an older client
         ReaddirResponse{.entries = entries, .eof = true},
         StatfsResponse{.total_bytes = 1ULL << 40U,
                        .free_bytes = 1ULL << 39U,
@@ -242,6 +253,20 @@ inline std::vector<proto::ResponseBody> response_bodies()
         RemoveDirObjectResponse{},
         AccessResponse{},
         SessionResponse{.server_boot = 0xFEDCBA9876543210, .max_slots = max_slots},
+        OpenResponse{.attr = attr(11), .server_boot = 0xFEDCBA9876543210},
+        CloseResponse{.server_boot = 7,
+                      .doomed = {{.handle = pvfs::make_handle(0, 12), .layout = {65536, 3, 2}}}},
+        OrphanDoneResponse{},
+        ListOrphansResponse{.entries = {{.handle = pvfs::make_handle(0, 12),
+                                         .state = orphan_held,
+                                         .since_ns = 1'700'000'000'000'000'000,
+                                         .layout = {65536, 3, 2}},
+                                        {.handle = pvfs::make_handle(0, 13),
+                                         .state = orphan_reclaim,
+                                         .since_ns = 1,
+                                         .layout = {1U << 20U, 1, 0}}},
+                            .next_cookie = pvfs::make_handle(0, 13),
+                            .eof = true},
     };
 }
 

@@ -1,0 +1,161 @@
+// Client::open/close/renew: this client's holds on open files, so that
+// the metadata server keeps a file unlinked elsewhere until our last close
+// (docs/metadata.md "Orphans and open references").
+#include <cerrno>
+#include <utility>
+#include <vector>
+
+#include "impl.hpp"
+
+namespace pvfs::client {
+
+namespace {
+
+// Removes the data objects of files the server says are to go, then tells
+// it they went.
+Task<void> destroy(Client::Impl &m, std::size_t server, const std::vector<proto::Doomed> &doomed)
+{
+    for (const proto::Doomed &d : doomed) {
+        m.forget(d.handle);
+        m.layouts.erase(d.handle);
+        co_await m.remove_objects(d.handle, d.layout);
+        proto::OrphanDoneResponse r;
+        proto::RequestBody request = proto::OrphanDoneRequest{d.handle};
+        // If this fails the record stays and is handed out again.
+        static_cast<void>(co_await m.call_body(server, std::move(request), r));
+    }
+}
+
+// The server restarted (a new boot id): our holds there were memory, so
+// open them again with reclaim (its grace allows that on unlinked files).
+Task<void> reclaim_if_rebooted(Client::Impl &m, std::size_t server, std::uint64_t boot)
+{
+    auto [it, fresh] = m.meta_boots.try_emplace(server, boot);
+    if (fresh || it->second == boot)
+        co_return;
+    it->second = boot;
+    std::vector<std::pair<Handle, Client::Impl::Opened>> mine;
+    for (const auto &[h, o] : m.opened) {
+        std::size_t s = 0;
+        if (m.meta_server_of(h, s) == 0 && s == server)
+            mine.emplace_back(h, o);
+    }
+    for (const auto &[h, o] : mine) {
+        proto::OpenResponse r;
+        proto::RequestBody request = proto::OpenRequest{h, m.client_id, o.mode, o.gen, true};
+        if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
+            gossip::warning(gossip::Mask::client,
+                            "{:016x} could not be re-opened after its metadata server "
+                            "restarted: {}",
+                            h, error_text(rc));
+    }
+}
+
+} // namespace
+
+Task<int> Client::co_open(Handle handle, std::uint32_t mode, Attr &out)
+{
+    Impl &m = *impl_;
+    if (m.client_id == 0)
+        co_return -EOPNOTSUPP;
+    if ((mode & ~(open_read | open_write)) != 0)
+        co_return -EINVAL;
+    std::size_t server = 0;
+    if (const int rc = m.meta_server_of(handle, server); rc != 0)
+        co_return rc;
+    const std::uint64_t gen = ++m.open_gen;
+    proto::OpenResponse r;
+    proto::RequestBody request = proto::OpenRequest{handle, m.client_id, mode, gen, false};
+    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
+        co_return rc;
+    Impl::Opened &o = m.opened[handle];
+    ++o.count;
+    o.gen = gen;
+    o.mode |= mode;
+    out = r.attr;
+    co_await reclaim_if_rebooted(m, server, r.server_boot);
+    co_return 0;
+}
+
+Task<int> Client::co_close(Handle handle)
+{
+    Impl &m = *impl_;
+    const auto it = m.opened.find(handle);
+    if (it == m.opened.end())
+        co_return -EBADF;
+    if (--it->second.count > 0)
+        co_return 0;
+    const std::uint64_t gen = it->second.gen;
+    m.opened.erase(it);
+    std::size_t server = 0;
+    if (const int rc = m.meta_server_of(handle, server); rc != 0)
+        co_return rc;
+    proto::CloseResponse r;
+    proto::RequestBody request = proto::CloseRequest{m.client_id, {proto::OpenRef{handle, gen}}};
+    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
+        co_return rc; // the hold goes with our lease
+    co_await destroy(m, server, r.doomed);
+    co_await reclaim_if_rebooted(m, server, r.server_boot);
+    co_return 0;
+}
+
+Task<int> Client::co_renew()
+{
+    Impl &m = *impl_;
+    if (m.client_id == 0)
+        co_return -EOPNOTSUPP;
+    int first = 0;
+    for (const std::size_t server : m.meta_servers) {
+        proto::CloseResponse r;
+        proto::RequestBody request = proto::CloseRequest{m.client_id, {}};
+        if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0) {
+            if (first == 0)
+                first = rc;
+            continue;
+        }
+        co_await reclaim_if_rebooted(m, server, r.server_boot);
+        co_await destroy(m, server, r.doomed);
+    }
+    co_return first;
+}
+
+Task<int> Client::co_list_orphans(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
+                                  std::vector<Orphan> &out, bool &eof)
+{
+    Impl &m = *impl_;
+    if (meta_index >= m.meta_servers.size())
+        co_return -EINVAL;
+    proto::ListOrphansResponse r;
+    proto::RequestBody request = proto::ListOrphansRequest{cookie, max};
+    if (const int rc = co_await m.call_body(m.meta_servers[meta_index], std::move(request), r);
+        rc != 0)
+        co_return rc;
+    out.clear();
+    for (const proto::OrphanEntry &e : r.entries)
+        out.push_back(Orphan{e.handle, e.state, e.since_ns, e.layout});
+    eof = r.eof;
+    co_return 0;
+}
+
+int Client::open(Handle handle, std::uint32_t mode, Attr &out)
+{
+    return impl_->engine->wait(co_open(handle, mode, out));
+}
+
+int Client::close(Handle handle)
+{
+    return impl_->engine->wait(co_close(handle));
+}
+
+int Client::renew()
+{
+    return impl_->engine->wait(co_renew());
+}
+
+int Client::list_orphans(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
+                         std::vector<Orphan> &out, bool &eof)
+{
+    return impl_->engine->wait(co_list_orphans(meta_index, cookie, max, out, eof));
+}
+
+} // namespace pvfs::client

@@ -1,0 +1,267 @@
+// Open references and orphans on the metadata server (docs/metadata.md
+// "Orphans and open references"): which client sessions hold which files
+// open, so that a file's last unlink keeps it until its last close, and
+// the hand-over of the data objects to remove once it went.
+#include <algorithm>
+#include <cerrno>
+#include <ctime>
+#include <utility>
+#include <vector>
+
+#include "meta_service.hpp"
+#include "pvfs/gossip.hpp"
+
+namespace pvfs::server {
+
+namespace {
+
+using gossip::Mask;
+
+// Reclaim orphans handed to one close at most (for files whose holders
+// died without removing the objects).
+constexpr std::size_t max_handout = 16;
+
+std::uint64_t realtime_ns()
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000U +
+           static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+} // namespace
+
+void MetaService::touch(std::uint64_t client_id)
+{
+    const std::lock_guard lock(open_mutex_);
+    seen_[client_id] = Clock::now();
+}
+
+bool MetaService::held_or_dying(Handle handle)
+{
+    const std::lock_guard lock(open_mutex_);
+    // In the grace nobody knows yet what is held: every last unlink keeps
+    // the file, and the sweep after the grace reclaims the unheld ones.
+    if (in_grace(Clock::now()))
+        return true;
+    if (const auto it = holds_.find(handle); it != holds_.end() && !it->second.empty())
+        return true;
+    dying_.insert(handle);
+    return false;
+}
+
+void MetaService::drop_holds(std::uint64_t client_id)
+{
+    const std::lock_guard lock(open_mutex_);
+    for (auto it = holds_.begin(); it != holds_.end();) {
+        std::erase_if(it->second, [&](const Holder &h) { return h.client_id == client_id; });
+        it = it->second.empty() ? holds_.erase(it) : std::next(it);
+    }
+    seen_.erase(client_id);
+}
+
+void MetaService::serve_open(const Origin &origin, const Credentials &cred,
+                             const proto::OpenRequest &req)
+{
+    const auto now = Clock::now();
+    proto::OpenResponse out;
+    out.server_boot = boot_id_;
+    // First look: an orphan already (nlink 0) may only be opened by a
+    // client that shares it with its holders, or re-opened in the grace.
+    if (const int rc = store_.getattr(cred, req.handle, out.attr); rc != 0) {
+        loop_.respond_error(origin, -rc);
+        return;
+    }
+    const bool was_orphan = out.attr.nlink == 0;
+    bool added = false;
+    {
+        const std::lock_guard lock(open_mutex_);
+        seen_[req.client_id] = now;
+        if (dying_.contains(req.handle)) {
+            loop_.respond_error(origin, ENOENT);
+            return;
+        }
+        auto &holders = holds_[req.handle];
+        if (was_orphan && holders.empty() && !(req.reclaim && in_grace(now))) {
+            holds_.erase(req.handle);
+            loop_.respond_error(origin, ENOENT);
+            return;
+        }
+        const auto mine = std::find_if(holders.begin(), holders.end(), [&](const Holder &h) {
+            return h.client_id == req.client_id;
+        });
+        if (mine == holders.end()) {
+            holders.push_back(Holder{req.client_id, req.gen, req.mode});
+            added = true;
+        } else if (mine->gen <= req.gen) {
+            // Older opens (a late duplicate) change nothing.
+            mine->gen = req.gen;
+            mine->mode |= req.mode;
+        }
+    }
+    if (was_orphan) {
+        loop_.respond(origin, std::move(out));
+        return;
+    }
+    // Second look, now that the hold is visible to every later unlink: an
+    // unlink that saw no hold has committed or is dying (refused above),
+    // and if it committed, the inode is gone now.
+    const int rc = store_.getattr(cred, req.handle, out.attr);
+    if (rc != 0) {
+        if (added) {
+            const std::lock_guard lock(open_mutex_);
+            if (auto it = holds_.find(req.handle); it != holds_.end()) {
+                std::erase_if(it->second,
+                              [&](const Holder &h) { return h.client_id == req.client_id; });
+                if (it->second.empty())
+                    holds_.erase(it);
+            }
+        }
+        loop_.respond_error(origin, -rc);
+        return;
+    }
+    loop_.respond(origin, std::move(out));
+}
+
+void MetaService::serve_list_orphans(const Origin &origin, const Credentials &cred,
+                                     const proto::ListOrphansRequest &req)
+{
+    // For pvfs-fsck, as list_handles: root only.
+    if (cred.uid != 0) {
+        loop_.respond_error(origin, EPERM);
+        return;
+    }
+    const std::uint32_t max =
+        std::min<std::uint32_t>(req.max, static_cast<std::uint32_t>(proto::max_list_orphans));
+    std::vector<meta::Orphan> orphans;
+    bool eof = true;
+    const int rc = max == 0 ? -EINVAL : store_.list_orphans(req.cookie, max, orphans, eof);
+    if (rc != 0) {
+        loop_.respond_error(origin, -rc);
+        return;
+    }
+    proto::ListOrphansResponse out;
+    out.eof = eof;
+    out.next_cookie = orphans.empty() ? req.cookie : orphans.back().handle;
+    for (const meta::Orphan &o : orphans) {
+        out.entries.push_back(
+            proto::OrphanEntry{o.handle, static_cast<std::uint8_t>(o.state), o.since_ns, o.layout});
+    }
+    loop_.respond(origin, std::move(out));
+}
+
+void MetaService::apply_close(meta::WriteBatch &batch, Job &job)
+{
+    const auto &req = std::get<proto::CloseRequest>(job.body);
+    const auto now = Clock::now();
+    std::vector<Handle> unheld;
+    {
+        const std::lock_guard lock(open_mutex_);
+        seen_[req.client_id] = now;
+        for (const proto::OpenRef &ref : req.refs) {
+            const auto it = holds_.find(ref.handle);
+            if (it == holds_.end())
+                continue;
+            // A close older than the client's latest open keeps the hold.
+            std::erase_if(it->second, [&](const Holder &h) {
+                return h.client_id == req.client_id && h.gen <= ref.gen;
+            });
+            if (it->second.empty()) {
+                holds_.erase(it);
+                unheld.push_back(ref.handle);
+            }
+        }
+    }
+    proto::CloseResponse out;
+    out.server_boot = boot_id_;
+    job.error = 0;
+    // In the grace another holder may not have re-opened yet: the sweep
+    // after it reclaims what nobody holds.
+    if (!in_grace(now)) {
+        for (const Handle h : unheld) {
+            meta::Removed gone;
+            if (const int rc = batch.release(h, gone); rc != 0) {
+                gossip::error(Mask::meta, "release of orphan {:016x}: {}", h, errno_text(-rc));
+                continue; // the sweep tries again
+            }
+            if (gone.handle != no_handle)
+                out.doomed.push_back(proto::Doomed{gone.handle, gone.layout});
+        }
+        // Orphans whose closer died before removing the objects: this
+        // client finishes them.
+        const std::uint64_t wall = realtime_ns();
+        const auto lease_ns = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.lease).count());
+        std::vector<meta::Orphan> stale;
+        if (wall > lease_ns && out.doomed.size() < proto::max_close_handles &&
+            batch.orphan_handout(
+                wall - lease_ns, wall,
+                std::min(max_handout, proto::max_close_handles - out.doomed.size()), stale) == 0) {
+            for (const meta::Orphan &o : stale)
+                out.doomed.push_back(proto::Doomed{o.handle, o.layout});
+        }
+    }
+    job.response = std::move(out);
+}
+
+void MetaService::apply_orphan_done(meta::WriteBatch &batch, Job &job)
+{
+    const auto &req = std::get<proto::OrphanDoneRequest>(job.body);
+    const int rc = batch.orphan_done(req.handle);
+    job.error = rc < 0 ? -rc : 0;
+    job.response = proto::OrphanDoneResponse{};
+}
+
+void MetaService::sweep_holds(meta::WriteBatch &batch, Clock::time_point now)
+{
+    if (in_grace(now))
+        return;
+    {
+        // Holders silent for a lease are gone (the client died, or lost
+        // its way to us); their files are reclaimed below.
+        const std::lock_guard lock(open_mutex_);
+        std::vector<std::uint64_t> silent;
+        for (const auto &[id, when] : seen_) {
+            if (now - when >= settings_.lease)
+                silent.push_back(id);
+        }
+        for (const std::uint64_t id : silent) {
+            gossip::debug(Mask::meta, "client {:016x} silent for a lease: its holds go", id);
+            for (auto it = holds_.begin(); it != holds_.end();) {
+                std::erase_if(it->second, [&](const Holder &h) { return h.client_id == id; });
+                it = it->second.empty() ? holds_.erase(it) : std::next(it);
+            }
+            seen_.erase(id);
+        }
+    }
+    // Held orphans nobody holds (after a lease expiry, a session's end,
+    // the grace, or a release that failed) go to reclaim; the table is
+    // small, so a walk each tick is cheap.
+    std::uint64_t cookie = 0;
+    for (;;) {
+        std::vector<meta::Orphan> page;
+        bool eof = true;
+        if (store_.list_orphans(cookie, 1024, page, eof) != 0)
+            return;
+        for (const meta::Orphan &o : page) {
+            if (o.state != meta::OrphanState::held)
+                continue;
+            {
+                const std::lock_guard lock(open_mutex_);
+                if (holds_.contains(o.handle))
+                    continue;
+            }
+            meta::Removed gone;
+            if (const int rc = batch.release(o.handle, gone); rc != 0)
+                gossip::error(Mask::meta, "release of orphan {:016x}: {}", o.handle,
+                              errno_text(-rc));
+            else
+                gossip::debug(Mask::meta, "orphan {:016x} held by nobody: reclaim", o.handle);
+        }
+        if (eof || page.empty())
+            return;
+        cookie = page.back().handle;
+    }
+}
+
+} // namespace pvfs::server
