@@ -4,9 +4,12 @@
 //   chan-daemon check MOUNTPOINT SOURCE
 //       Walks the protocol: HELLO rules, mmap rules, then mounts SOURCE on
 //       MOUNTPOINT (a child process) and answers the ATTACH, statfs and
-//       DETACH upcalls, each first with every kind of malformed downcall
-//       (each must fail with EINVAL, or EPROTO for a wrong version) and
-//       then with a good one.  Exits 0 when the kernel behaved.
+//       DETACH upcalls with every kind of malformed downcall (each must
+//       fail with EINVAL, or EPROTO for a wrong version).  One that names
+//       no pending request of its op leaves the request pending for the
+//       good answer; one that does ends the request with EIO at once, so
+//       each of those gets a request of its own.  Exits 0 when the kernel
+//       behaved.
 //   chan-daemon serve [--hold OP] [--die-after OP] [--count-cancels]
 //       Answers ATTACH (a root directory), STATFS and DETACH until killed,
 //       printing one line per upcall: "OP tag=T mount=M [replayed]".
@@ -28,12 +31,14 @@
 
 #include <array>
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -228,8 +233,28 @@ int wait_child(pid_t pid)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// Every malformed answer to `up` must be refused, leaving the op pending.
-void refuse_malformed(int fd, const Msg &up, const Msg &good)
+// wait_child with a deadline: a child still running after `ms` is killed
+// and counts as failed (-1), so a hang fails the check instead of the run.
+int wait_child_within(pid_t pid, int ms)
+{
+    for (int waited = 0; waited < ms; waited += 10) {
+        int status = 0;
+        const pid_t got = ::waitpid(pid, &status, WNOHANG);
+        if (got == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (got < 0)
+            return -1;
+        ::usleep(10000);
+    }
+    ::kill(pid, SIGKILL);
+    wait_child(pid);
+    return -1;
+}
+
+// Messages that answer no pending request of their op (a bad header, an
+// unknown tag, another op) must be refused, leaving the request to `up`
+// pending.
+void refuse_stray(int fd, const Msg &up, const Msg &good)
 {
     const pvfsd_msg_hdr h = up.hdr();
     const std::string op = op_name(h.op);
@@ -252,31 +277,6 @@ void refuse_malformed(int fd, const Msg &up, const Msg &good)
                  op + " answer with tag 0");
     expect_write(fd, patched([](pvfsd_msg_hdr &g) { g.op = PVFSD_OP_GETATTR; }), "EINVAL",
                  op + " answer naming another op");
-    expect_write(fd, make_empty(h.op, h.tag, 5), "EINVAL", op + " answer with status +5");
-    expect_write(fd, make_empty(h.op, h.tag, -5000), "EINVAL", op + " answer with status -5000");
-    {
-        Msg m = good;
-        pvfsd_msg_hdr g = m.hdr();
-        g.status = -EIO;
-        std::memcpy(m.bytes.data(), &g, sizeof(g));
-        expect_write(fd, m, "EINVAL", op + " error answer carrying a body");
-    }
-    {
-        Msg m = good;
-        m.bytes.resize(m.bytes.size() - 4);
-        pvfsd_msg_hdr g = m.hdr();
-        g.length -= 4;
-        std::memcpy(m.bytes.data(), &g, sizeof(g));
-        expect_write(fd, m, "EINVAL", op + " answer with a truncated body");
-    }
-    {
-        Msg m = good;
-        m.bytes.resize(m.bytes.size() + 8);
-        pvfsd_msg_hdr g = m.hdr();
-        g.length += 8;
-        std::memcpy(m.bytes.data(), &g, sizeof(g));
-        expect_write(fd, m, "EINVAL", op + " answer with trailing bytes");
-    }
     {
         Msg m = good;
         m.bytes.resize(sizeof(pvfsd_msg_hdr) - 1);
@@ -286,6 +286,66 @@ void refuse_malformed(int fd, const Msg &up, const Msg &good)
         Msg m;
         m.bytes.assign(PVFSD_DEV_MAX_MSG + 1, std::byte{0});
         expect_write(fd, m, "EINVAL", op + " write above the message limit");
+    }
+}
+
+// A malformed answer that names its request: `make` builds it for a tag.
+struct BadAnswer {
+    std::string what;
+    std::function<Msg(std::uint64_t)> make;
+};
+
+// The malformed answers any op can get: status out of range, an error
+// with a body, a body cut short or too long.
+std::vector<BadAnswer> bad_envelopes(std::uint16_t op,
+                                     const std::function<Msg(std::uint64_t)> &good)
+{
+    auto resized = [good](std::uint64_t tag, std::ptrdiff_t by) {
+        Msg m = good(tag);
+        m.bytes.resize(static_cast<std::size_t>(static_cast<std::ptrdiff_t>(m.bytes.size()) + by));
+        pvfsd_msg_hdr g = m.hdr();
+        g.length = static_cast<std::uint32_t>(m.bytes.size());
+        std::memcpy(m.bytes.data(), &g, sizeof(g));
+        return m;
+    };
+    return {
+        {"status +5", [op](std::uint64_t tag) { return make_empty(op, tag, 5); }},
+        {"status -5000", [op](std::uint64_t tag) { return make_empty(op, tag, -5000); }},
+        {"an error carrying a body",
+         [good](std::uint64_t tag) {
+             Msg m = good(tag);
+             pvfsd_msg_hdr g = m.hdr();
+             g.status = -EIO;
+             std::memcpy(m.bytes.data(), &g, sizeof(g));
+             return m;
+         }},
+        {"a truncated body", [resized](std::uint64_t tag) { return resized(tag, -4); }},
+        {"trailing bytes", [resized](std::uint64_t tag) { return resized(tag, 8); }},
+    };
+}
+
+// Each of `bads` answers a request of its own, which `caller` (a child that
+// returns 0 when its system call failed with EIO) makes: the answer is
+// refused with EINVAL and the call fails with EIO at once; a good answer
+// after it finds no request.
+void refuse_ending(int fd, std::uint16_t op, const std::function<int()> &caller,
+                   const std::function<Msg(std::uint64_t)> &good,
+                   const std::vector<BadAnswer> &bads)
+{
+    const std::string name = op_name(op);
+    for (const auto &bad : bads) {
+        const pid_t pid = spawn(caller);
+        Msg up;
+        if (!read_msg(fd, up) || up.hdr().op != op) {
+            expect(false, "read a " + name + " upcall for: " + bad.what);
+            wait_child_within(pid, 0);
+            continue;
+        }
+        const std::uint64_t tag = up.hdr().tag;
+        expect_write(fd, bad.make(tag), "EINVAL", name + " answer: " + bad.what);
+        expect(wait_child_within(pid, 2000) == 0,
+               name + " answer: " + bad.what + ": the caller got EIO at once");
+        expect_write(fd, good(tag), "EINVAL", name + ": a good answer after it finds no request");
     }
 }
 
@@ -335,6 +395,44 @@ int run_check(const std::string &mountpoint, const std::string &source)
     }
 
     // ---- ATTACH ----
+    // Each malformed answer that names the ATTACH ends it: that mount fails.
+    auto attach_answer = [](std::uint64_t tag) {
+        return make(PVFSD_OP_ATTACH, tag, 0, attach_ok());
+    };
+    auto bad_attach = [](const std::string &what,
+                         const std::function<void(pvfsd_attach_resp &)> &fix) {
+        return BadAnswer{what, [fix](std::uint64_t tag) {
+                             pvfsd_attach_resp r = attach_ok();
+                             fix(r);
+                             return make(PVFSD_OP_ATTACH, tag, 0, r);
+                         }};
+    };
+    std::vector<BadAnswer> attach_bads = bad_envelopes(PVFSD_OP_ATTACH, attach_answer);
+    for (auto &b : std::vector<BadAnswer>{
+             bad_attach("root handle 0", [](auto &r) { r.root.handle = 0; }),
+             bad_attach("object type 9", [](auto &r) { r.root.type = 9; }),
+             bad_attach("root is a regular file",
+                        [](auto &r) { r.root.type = PVFSD_TYPE_REGULAR; }),
+             bad_attach("nanoseconds of 1e9", [](auto &r) { r.root.mtime.nsec = 1000000000; }),
+             bad_attach("mode with file type bits", [](auto &r) { r.root.mode = 040755; }),
+             bad_attach("size 2^63", [](auto &r) { r.root.size = 1ULL << 63U; }),
+             bad_attach("uid (u32)-1", [](auto &r) { r.root.uid = 0xffffffffU; }),
+             bad_attach("max_name 0", [](auto &r) { r.max_name = 0; }),
+             bad_attach("max_name 256", [](auto &r) { r.max_name = 256; }),
+         })
+        attach_bads.push_back(std::move(b));
+    refuse_ending(
+        fd.get(), PVFSD_OP_ATTACH,
+        [&] {
+            if (::mount(source.c_str(), mountpoint.c_str(), "pvfs", 0, "timeo=20") == 0) {
+                std::printf("mount succeeded after a malformed ATTACH answer\n");
+                ::umount(mountpoint.c_str());
+                return 1;
+            }
+            return errno == EIO ? 0 : 1;
+        },
+        attach_answer, attach_bads);
+
     const pid_t mounter = spawn([&] {
         const int rc = ::mount(source.c_str(), mountpoint.c_str(), "pvfs", 0, "timeo=20");
         if (rc != 0)
@@ -354,24 +452,10 @@ int run_check(const std::string &mountpoint, const std::string &source)
     expect(got_source == source && areq.common.mount_id != 0 && areq.common.fsuid == 0,
            "ATTACH carries the source '" + got_source + "', a mount id and the caller");
 
-    const Msg good_attach = make(PVFSD_OP_ATTACH, ah.tag, 0, attach_ok());
-    refuse_malformed(fd.get(), up, good_attach);
-    auto bad_attach = [&](const std::string &what,
-                          const std::function<void(pvfsd_attach_resp &)> &fix) {
-        pvfsd_attach_resp r = attach_ok();
-        fix(r);
-        expect_write(fd.get(), make(PVFSD_OP_ATTACH, ah.tag, 0, r), "EINVAL",
-                     "ATTACH answer: " + what);
-    };
-    bad_attach("root handle 0", [](auto &r) { r.root.handle = 0; });
-    bad_attach("object type 9", [](auto &r) { r.root.type = 9; });
-    bad_attach("root is a regular file", [](auto &r) { r.root.type = PVFSD_TYPE_REGULAR; });
-    bad_attach("nanoseconds of 1e9", [](auto &r) { r.root.mtime.nsec = 1000000000; });
-    bad_attach("mode with file type bits", [](auto &r) { r.root.mode = 040755; });
-    bad_attach("max_name 0", [](auto &r) { r.max_name = 0; });
-    bad_attach("max_name 256", [](auto &r) { r.max_name = 256; });
+    const Msg good_attach = attach_answer(ah.tag);
+    refuse_stray(fd.get(), up, good_attach);
     expect_write(fd.get(), good_attach, "ok", "the good ATTACH answer");
-    expect(wait_child(mounter) == 0, "mount succeeded after the malformed answers");
+    expect(wait_child(mounter) == 0, "mount succeeded after the stray answers");
     expect_write(fd.get(), good_attach, "EINVAL", "a second answer to the same tag");
 
     // ---- STATFS: figures pass through, errors pass through ----
@@ -394,19 +478,40 @@ int run_check(const std::string &mountpoint, const std::string &source)
     expect(sreq.handle == root_handle && sreq.common.mount_id == areq.common.mount_id,
            "STATFS names the root and the mount");
     const Msg good_statfs = make(PVFSD_OP_STATFS, up.hdr().tag, 0, statfs_ok());
-    refuse_malformed(fd.get(), up, good_statfs);
-    auto bad_statfs = [&](const std::string &what,
-                          const std::function<void(pvfsd_statfs_resp &)> &fix) {
-        pvfsd_statfs_resp r = statfs_ok();
-        fix(r);
-        expect_write(fd.get(), make(PVFSD_OP_STATFS, up.hdr().tag, 0, r), "EINVAL",
-                     "STATFS answer: " + what);
-    };
-    bad_statfs("more free than total", [](auto &r) { r.bfree = 2000; });
-    bad_statfs("block size 0", [](auto &r) { r.bsize = 0; });
-    bad_statfs("name length 0", [](auto &r) { r.namelen = 0; });
+    refuse_stray(fd.get(), up, good_statfs);
     expect_write(fd.get(), good_statfs, "ok", "the good STATFS answer");
     expect(wait_child(statter) == 0, "statfs returned the answered figures");
+
+    // Each malformed answer that names a STATFS ends it: that statfs fails.
+    auto statfs_answer = [](std::uint64_t tag) {
+        return make(PVFSD_OP_STATFS, tag, 0, statfs_ok());
+    };
+    auto bad_statfs = [](const std::string &what,
+                         const std::function<void(pvfsd_statfs_resp &)> &fix) {
+        return BadAnswer{what, [fix](std::uint64_t tag) {
+                             pvfsd_statfs_resp r = statfs_ok();
+                             fix(r);
+                             return make(PVFSD_OP_STATFS, tag, 0, r);
+                         }};
+    };
+    std::vector<BadAnswer> statfs_bads = bad_envelopes(PVFSD_OP_STATFS, statfs_answer);
+    for (auto &b : std::vector<BadAnswer>{
+             bad_statfs("more free than total", [](auto &r) { r.bfree = 2000; }),
+             bad_statfs("block size 0", [](auto &r) { r.bsize = 0; }),
+             bad_statfs("name length 0", [](auto &r) { r.namelen = 0; }),
+         })
+        statfs_bads.push_back(std::move(b));
+    refuse_ending(
+        fd.get(), PVFSD_OP_STATFS,
+        [&] {
+            struct statfs st {};
+            if (::statfs(mountpoint.c_str(), &st) == 0) {
+                std::printf("statfs succeeded after a malformed answer\n");
+                return 1;
+            }
+            return errno == EIO ? 0 : 1;
+        },
+        statfs_answer, statfs_bads);
 
     const pid_t failing = spawn([&] {
         struct statfs st {};
