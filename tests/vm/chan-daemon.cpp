@@ -10,12 +10,20 @@
 //       good answer; one that does ends the request with EIO at once, so
 //       each of those gets a request of its own.  Exits 0 when the kernel
 //       behaved.
-//   chan-daemon serve [--hold OP] [--die-after OP] [--count-cancels]
-//       Answers ATTACH (a root directory), STATFS and DETACH until killed,
-//       printing one line per upcall: "OP tag=T mount=M [replayed]".
+//   chan-daemon serve [--hold OP] [--die-after OP] [--lie OP:KIND]... [--lies FILE]
+//       Answers ATTACH (a root directory), STATFS, DETACH and the namespace
+//       ops of a small file system kept in memory (LOOKUP, GETATTR,
+//       SETATTR, CREATE, MKDIR, MKNOD, SYMLINK, LINK, UNLINK, RMDIR) until
+//       killed, printing one line per upcall: "OP tag=T mount=M [replayed]".
 //       --hold OP: read upcalls of OP but never answer them.
 //       --die-after OP: exit at once after reading an upcall of OP (a
 //       daemon crash with the op in flight).
+//       --lie OP:KIND: do the op, then answer it with a lie of KIND: type
+//       (another object type), handle (another object: the root, or for
+//       the root one that does not exist), size (2^63), uid ((u32)-1),
+//       length (8 bytes too many).  Only ATTACH lies about the root.
+//       --lies FILE: OP:KIND lines, read again before every answer, so a
+//       test switches lies on and off while the daemon runs.
 //
 // Prints what it does; exits 1 on any unexpected result, 2 on bad usage.
 #include "upcall.hpp" // op_name: the names pvfsd logs
@@ -35,7 +43,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -545,7 +557,304 @@ int run_check(const std::string &mountpoint, const std::string &source)
     return all_ok ? 0 : 1;
 }
 
-int run_serve(int hold_op, int die_after_op)
+// ---- serve: a small file system in memory, and lies about it ----
+
+// A lie (serve --lie OP:KIND): the op is done, its answer altered.
+struct Lie {
+    int op = -1;
+    std::string kind;
+};
+
+std::optional<Lie> parse_lie(std::string_view text)
+{
+    static constexpr std::array<std::string_view, 5> kinds = {"type", "handle", "size", "uid",
+                                                              "length"};
+    const std::size_t colon = text.find(':');
+    if (colon == std::string_view::npos)
+        return std::nullopt;
+    Lie lie{op_number(text.substr(0, colon)), std::string(text.substr(colon + 1))};
+    bool known = false;
+    for (const auto k : kinds)
+        known |= lie.kind == k;
+    if (lie.op < 0 || !known)
+        return std::nullopt;
+    return lie;
+}
+
+// The lies of --lie, and those of --lies FILE as the file says now.
+class Lies {
+public:
+    bool add(std::string_view text)
+    {
+        const auto lie = parse_lie(text);
+        if (lie)
+            fixed_.push_back(*lie);
+        return lie.has_value();
+    }
+    void set_file(std::string path) { file_ = std::move(path); }
+
+    // The kind of lie to tell in an answer to `op`, or "".
+    [[nodiscard]] std::string kind_for(int op) const
+    {
+        for (const auto &lie : fixed_)
+            if (lie.op == op)
+                return lie.kind;
+        if (file_.empty())
+            return {};
+        std::ifstream in(file_);
+        std::string line;
+        while (std::getline(in, line)) {
+            const auto lie = parse_lie(line);
+            if (lie && lie->op == op)
+                return lie->kind;
+            if (!lie && !line.empty())
+                std::printf("%s: not a lie: %s\n", file_.c_str(), line.c_str());
+        }
+        return {};
+    }
+
+private:
+    std::vector<Lie> fixed_;
+    std::string file_;
+};
+
+// Alters `m`, an answer whose body starts with the attributes of the object
+// (every op that answers with one does), as `kind` says; false when it
+// tells no lie.  Only ATTACH lies about the root: on a noac mount every
+// path walk asks for the root's attributes, and a lie there would hit
+// whatever a test does.
+bool tell_lie(Msg &m, const std::string &kind)
+{
+    pvfsd_msg_hdr h = m.hdr();
+    bool has_attr = false;
+    switch (h.op) {
+    case PVFSD_OP_ATTACH:
+    case PVFSD_OP_LOOKUP:
+    case PVFSD_OP_GETATTR:
+    case PVFSD_OP_SETATTR:
+    case PVFSD_OP_CREATE:
+    case PVFSD_OP_MKDIR:
+    case PVFSD_OP_MKNOD:
+    case PVFSD_OP_SYMLINK:
+    case PVFSD_OP_LINK:
+        has_attr = h.status == 0;
+        break;
+    default:
+        break;
+    }
+    pvfsd_attr a{};
+    if (has_attr)
+        a = m.body<pvfsd_attr>();
+    if (has_attr && a.handle == root_handle && h.op != PVFSD_OP_ATTACH)
+        return false;
+    if (kind == "length") {
+        m.bytes.resize(m.bytes.size() + 8);
+        h.length = static_cast<std::uint32_t>(m.bytes.size());
+        std::memcpy(m.bytes.data(), &h, sizeof(h));
+        return true;
+    }
+    if (!has_attr)
+        return false;
+    if (kind == "type")
+        a.type = a.type == PVFSD_TYPE_DIRECTORY ? PVFSD_TYPE_REGULAR : PVFSD_TYPE_DIRECTORY;
+    else if (kind == "handle")
+        a.handle = a.handle == root_handle ? root_handle + 0x1000 : root_handle;
+    else if (kind == "size")
+        a.size = 1ULL << 63U;
+    else if (kind == "uid")
+        a.uid = 0xffffffffU;
+    std::memcpy(m.bytes.data() + sizeof(h), &a, sizeof(a));
+    return true;
+}
+
+// A flat namespace kept in memory, enough for the VFS's namespace ops.
+class FakeFs {
+public:
+    FakeFs() { nodes_[root_handle].attr = root_attr(); }
+
+    // The honest answer to `up`; -ENOSYS for ops it does not serve.
+    Msg answer(const Msg &up)
+    {
+        const pvfsd_msg_hdr h = up.hdr();
+        const std::uint64_t tag = h.tag;
+        switch (h.op) {
+        case PVFSD_OP_LOOKUP: {
+            const auto q = up.body<pvfsd_name_req>();
+            Node *n = child(q.parent, tail(up, sizeof(q), q.name_len));
+            return n != nullptr ? attr_answer(h, n->attr) : make_empty(h.op, tag, -ENOENT);
+        }
+        case PVFSD_OP_GETATTR: {
+            Node *n = find(up.body<pvfsd_handle_req>().handle);
+            return n != nullptr ? attr_answer(h, n->attr) : make_empty(h.op, tag, -ENOENT);
+        }
+        case PVFSD_OP_SETATTR:
+            return setattr(up);
+        case PVFSD_OP_CREATE: {
+            const auto q = up.body<pvfsd_create_req>();
+            const std::string name = tail(up, sizeof(q), q.name_len);
+            pvfsd_create_resp r{};
+            if (Node *n = child(q.parent, name); n != nullptr) {
+                if (q.exclusive != 0U)
+                    return make_empty(h.op, tag, -EEXIST);
+                if (n->attr.type != PVFSD_TYPE_REGULAR)
+                    return make_empty(h.op, tag, -EISDIR);
+                r.attr = n->attr;
+            } else {
+                const int rc = add(q.parent, name, PVFSD_TYPE_REGULAR, q.mode, 0, r.attr);
+                if (rc != 0)
+                    return make_empty(h.op, tag, rc);
+                r.created = 1;
+            }
+            return make(h.op, tag, 0, r);
+        }
+        case PVFSD_OP_MKDIR:
+        case PVFSD_OP_MKNOD: {
+            const auto q = up.body<pvfsd_mknod_req>();
+            pvfsd_attr a{};
+            const int rc =
+                add(q.parent, tail(up, sizeof(q), q.name_len), q.type, q.mode, q.rdev, a);
+            return rc == 0 ? attr_answer(h, a) : make_empty(h.op, tag, rc);
+        }
+        case PVFSD_OP_SYMLINK: {
+            const auto q = up.body<pvfsd_symlink_req>();
+            pvfsd_attr a{};
+            const int rc =
+                add(q.parent, tail(up, sizeof(q), q.name_len), PVFSD_TYPE_SYMLINK, 0777, 0, a);
+            if (rc != 0)
+                return make_empty(h.op, tag, rc);
+            nodes_[a.handle].attr.size = q.target_len;
+            return attr_answer(h, nodes_[a.handle].attr);
+        }
+        case PVFSD_OP_LINK: {
+            const auto q = up.body<pvfsd_link_req>();
+            const std::string name = tail(up, sizeof(q), q.name_len);
+            Node *dir = find(q.new_parent);
+            Node *n = find(q.target);
+            if (dir == nullptr || n == nullptr)
+                return make_empty(h.op, tag, -ENOENT);
+            if (dir->entries.contains(name))
+                return make_empty(h.op, tag, -EEXIST);
+            dir->entries[name] = q.target;
+            ++n->attr.nlink;
+            n->attr.ctime = now();
+            return attr_answer(h, n->attr);
+        }
+        case PVFSD_OP_UNLINK:
+        case PVFSD_OP_RMDIR: {
+            const auto q = up.body<pvfsd_name_req>();
+            const std::string name = tail(up, sizeof(q), q.name_len);
+            Node *dir = find(q.parent);
+            Node *n = child(q.parent, name);
+            if (dir == nullptr || n == nullptr)
+                return make_empty(h.op, tag, -ENOENT);
+            const bool is_dir = n->attr.type == PVFSD_TYPE_DIRECTORY;
+            if (is_dir != (h.op == PVFSD_OP_RMDIR))
+                return make_empty(h.op, tag, is_dir ? -EISDIR : -ENOTDIR);
+            if (is_dir && !n->entries.empty())
+                return make_empty(h.op, tag, -ENOTEMPTY);
+            const std::uint64_t handle = dir->entries[name];
+            dir->entries.erase(name);
+            if (--n->attr.nlink == 0 || is_dir)
+                nodes_.erase(handle);
+            return make_empty(h.op, tag, 0);
+        }
+        default:
+            return make_empty(h.op, tag, -ENOSYS);
+        }
+    }
+
+private:
+    struct Node {
+        pvfsd_attr attr{};
+        std::map<std::string, std::uint64_t> entries; // directories
+    };
+
+    static pvfsd_time now()
+    {
+        timespec ts{};
+        ::clock_gettime(CLOCK_REALTIME, &ts);
+        return {ts.tv_sec, static_cast<std::uint32_t>(ts.tv_nsec), 0};
+    }
+    static std::string tail(const Msg &up, std::size_t body, std::uint32_t len)
+    {
+        const std::size_t at = sizeof(pvfsd_msg_hdr) + body;
+        if (at > up.bytes.size() || len > up.bytes.size() - at)
+            return {};
+        return {reinterpret_cast<const char *>(up.bytes.data()) + at, len};
+    }
+    static Msg attr_answer(const pvfsd_msg_hdr &h, const pvfsd_attr &a)
+    {
+        return make(h.op, h.tag, 0, pvfsd_attr_resp{a});
+    }
+
+    Node *find(std::uint64_t handle)
+    {
+        const auto it = nodes_.find(handle);
+        return it != nodes_.end() ? &it->second : nullptr;
+    }
+    Node *child(std::uint64_t parent, const std::string &name)
+    {
+        Node *dir = find(parent);
+        if (dir == nullptr)
+            return nullptr;
+        const auto it = dir->entries.find(name);
+        return it != dir->entries.end() ? find(it->second) : nullptr;
+    }
+    int add(std::uint64_t parent, const std::string &name, std::uint32_t type, std::uint32_t mode,
+            std::uint64_t rdev, pvfsd_attr &out)
+    {
+        Node *dir = find(parent);
+        if (dir == nullptr || dir->attr.type != PVFSD_TYPE_DIRECTORY)
+            return -ENOENT;
+        if (name.empty() || dir->entries.contains(name))
+            return -EEXIST;
+        Node n;
+        n.attr.handle = next_handle_++;
+        n.attr.type = type;
+        n.attr.mode = mode & 07777U;
+        n.attr.nlink = type == PVFSD_TYPE_DIRECTORY ? 2 : 1;
+        n.attr.blksize = 1U << 20U;
+        n.attr.rdev = rdev;
+        n.attr.atime = n.attr.mtime = n.attr.ctime = now();
+        dir->entries[name] = n.attr.handle;
+        dir->attr.mtime = dir->attr.ctime = now();
+        out = n.attr;
+        nodes_[n.attr.handle] = std::move(n);
+        return 0;
+    }
+    Msg setattr(const Msg &up)
+    {
+        const pvfsd_msg_hdr h = up.hdr();
+        const auto q = up.body<pvfsd_setattr_req>();
+        Node *n = find(q.handle);
+        if (n == nullptr)
+            return make_empty(h.op, h.tag, -ENOENT);
+        pvfsd_attr &a = n->attr;
+        if ((q.mask & PVFSD_SET_MODE) != 0U)
+            a.mode = q.mode & 07777U;
+        if ((q.mask & PVFSD_SET_UID) != 0U)
+            a.uid = q.uid;
+        if ((q.mask & PVFSD_SET_GID) != 0U)
+            a.gid = q.gid;
+        if ((q.mask & PVFSD_SET_SIZE) != 0U)
+            a.size = q.size;
+        if ((q.mask & PVFSD_SET_ATIME) != 0U)
+            a.atime = q.atime;
+        if ((q.mask & PVFSD_SET_MTIME) != 0U)
+            a.mtime = q.mtime;
+        if ((q.mask & PVFSD_SET_ATIME_NOW) != 0U)
+            a.atime = now();
+        if ((q.mask & PVFSD_SET_MTIME_NOW) != 0U)
+            a.mtime = now();
+        a.ctime = now();
+        return attr_answer(h, a);
+    }
+
+    std::map<std::uint64_t, Node> nodes_;
+    std::uint64_t next_handle_ = root_handle + 1;
+};
+
+int run_serve(int hold_op, int die_after_op, const Lies &lies)
 {
     UniqueFd fd = open_device();
     if (!fd.valid())
@@ -557,6 +866,7 @@ int run_serve(int hold_op, int die_after_op)
     }
     std::printf("ready\n");
     std::fflush(stdout);
+    FakeFs fs;
     for (;;) {
         Msg up;
         if (!read_msg(fd.get(), up))
@@ -582,31 +892,39 @@ int run_serve(int hold_op, int die_after_op)
             return 0;
         if (h.op == hold_op)
             continue;
-        std::string rc;
+        Msg reply;
         switch (h.op) {
         case PVFSD_OP_ATTACH:
-            rc = write_msg(fd.get(), make(h.op, h.tag, 0, attach_ok()).bytes);
+            reply = make(h.op, h.tag, 0, attach_ok());
             break;
         case PVFSD_OP_STATFS:
-            rc = write_msg(fd.get(), make(h.op, h.tag, 0, statfs_ok()).bytes);
+            reply = make(h.op, h.tag, 0, statfs_ok());
             break;
         case PVFSD_OP_DETACH:
-            rc = write_msg(fd.get(), make_empty(h.op, h.tag, 0).bytes);
+            reply = make_empty(h.op, h.tag, 0);
             break;
         default:
-            rc = write_msg(fd.get(), make_empty(h.op, h.tag, -ENOSYS).bytes);
+            reply = fs.answer(up);
             break;
         }
+        if (const std::string kind = lies.kind_for(h.op); !kind.empty() && tell_lie(reply, kind))
+            std::printf("lie %s to %s tag=%llu\n", kind.c_str(), op_name(h.op),
+                        static_cast<unsigned long long>(h.tag));
+        const std::string rc = write_msg(fd.get(), reply.bytes);
         if (rc != "ok")
             std::printf("answer to tag %llu refused: %s\n", static_cast<unsigned long long>(h.tag),
                         rc.c_str());
+        std::fflush(stdout);
     }
 }
 
 int usage()
 {
-    std::fprintf(stderr, "usage: chan-daemon check MOUNTPOINT SOURCE\n"
-                         "       chan-daemon serve [--hold OP] [--die-after OP]\n");
+    std::fprintf(stderr,
+                 "usage: chan-daemon check MOUNTPOINT SOURCE\n"
+                 "       chan-daemon serve [--hold OP] [--die-after OP] [--lie OP:KIND]...\n"
+                 "                         [--lies FILE]\n"
+                 "KIND: type, handle, size, uid or length\n");
     return 2;
 }
 
@@ -620,7 +938,17 @@ int main(int argc, char **argv)
     if (!args.empty() && args[0] == "serve") {
         int hold = -1;
         int die_after = -1;
+        Lies lies;
         for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
+            if (args[i] == "--lie") {
+                if (!lies.add(args[i + 1]))
+                    return usage();
+                continue;
+            }
+            if (args[i] == "--lies") {
+                lies.set_file(args[i + 1]);
+                continue;
+            }
             const int op = op_number(args[i + 1]);
             if (op < 0)
                 return usage();
@@ -633,7 +961,7 @@ int main(int argc, char **argv)
         }
         if (args.size() % 2 == 0)
             return usage();
-        return run_serve(hold, die_after);
+        return run_serve(hold, die_after, lies);
     }
     return usage();
 }
