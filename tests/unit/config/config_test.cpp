@@ -335,8 +335,8 @@ ATF_TEST_CASE_BODY(defaults_errors)
     expect_error(defaults("session_ttl = 60"), "t.toml:19: defaults.session_ttl: ", "unit");
     expect_error(defaults("max_sessions = 0"),
                  "t.toml:19: defaults.max_sessions: ", "0 is not in 1 .. 16777216");
-    expect_error(defaults("max_sessions = 16777217"), "t.toml:19: defaults.max_sessions: ",
-                 "is not in");
+    expect_error(defaults("max_sessions = 16777217"),
+                 "t.toml:19: defaults.max_sessions: ", "is not in");
 
     const config::Cluster c = parse_ok(defaults("stripe_count = 1\nstripe_size = 65536"));
     ATF_REQUIRE(c.defaults.default_layout == (pvfs::Layout{65536, 1, 0}));
