@@ -10,8 +10,10 @@
  * The daemon writes HELLO first, then read()s one upcall per call and
  * write()s one downcall per call; it maps the data slots with mmap().
  * Every downcall is checked completely before it touches the op it
- * answers: anything malformed is refused with EINVAL and logged, and the
- * op stays pending.
+ * answers: anything malformed is refused with EINVAL and logged.  A
+ * message that names no pending op of its opcode (bad header, unknown tag,
+ * another op) leaves every op as it was; a refused answer to a pending op
+ * also ends that op with EIO, because the daemon will not answer it again.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -229,35 +231,144 @@ static ssize_t pvfs_dev_hello(struct pvfs_dev_file *df, const void *msg, size_t 
 	return len;
 }
 
+/*
+ * Checks of an answer to a pending op say why they refuse it in a buffer
+ * of PVFS_WHY_LEN bytes: the caller logs one line naming the op.
+ */
+#define PVFS_WHY_LEN 128
+#define pvfs_why(why, fmt, ...)                                                                    \
+	({                                                                                         \
+		snprintf(why, PVFS_WHY_LEN, fmt, ##__VA_ARGS__);                                   \
+		-EINVAL;                                                                           \
+	})
+
+static const char *const pvfs_op_names[PVFSD_OP_COUNT] = {
+	[PVFSD_OP_HELLO] = "HELLO",
+	[PVFSD_OP_ATTACH] = "ATTACH",
+	[PVFSD_OP_DETACH] = "DETACH",
+	[PVFSD_OP_LOOKUP] = "LOOKUP",
+	[PVFSD_OP_GETATTR] = "GETATTR",
+	[PVFSD_OP_SETATTR] = "SETATTR",
+	[PVFSD_OP_CREATE] = "CREATE",
+	[PVFSD_OP_MKDIR] = "MKDIR",
+	[PVFSD_OP_MKNOD] = "MKNOD",
+	[PVFSD_OP_SYMLINK] = "SYMLINK",
+	[PVFSD_OP_LINK] = "LINK",
+	[PVFSD_OP_UNLINK] = "UNLINK",
+	[PVFSD_OP_RMDIR] = "RMDIR",
+	[PVFSD_OP_RENAME] = "RENAME",
+	[PVFSD_OP_READLINK] = "READLINK",
+	[PVFSD_OP_READDIR] = "READDIR",
+	[PVFSD_OP_READ] = "READ",
+	[PVFSD_OP_WRITE] = "WRITE",
+	[PVFSD_OP_FSYNC] = "FSYNC",
+	[PVFSD_OP_STATFS] = "STATFS",
+	[PVFSD_OP_XATTR_GET] = "XATTR_GET",
+	[PVFSD_OP_XATTR_SET] = "XATTR_SET",
+	[PVFSD_OP_XATTR_LIST] = "XATTR_LIST",
+	[PVFSD_OP_XATTR_REMOVE] = "XATTR_REMOVE",
+	[PVFSD_OP_CANCEL] = "CANCEL",
+};
+
+static const char *pvfs_op_name(u16 opcode)
+{
+	return opcode < PVFSD_OP_COUNT && pvfs_op_names[opcode] ? pvfs_op_names[opcode] : "?";
+}
+
 static bool pvfs_time_ok(const struct pvfsd_time *t)
 {
 	return t->nsec < 1000000000u && t->pad == 0;
 }
 
-static int pvfs_check_attr(const struct pvfsd_attr *a)
+static bool pvfs_type_ok(u32 type)
+{
+	return type >= PVFSD_TYPE_REGULAR && type <= PVFSD_TYPE_BLOCK_DEVICE;
+}
+
+static int pvfs_check_attr(const struct pvfsd_attr *a, char *why)
 {
 	if (a->handle == 0)
-		return pvfs_bad("attributes of handle 0");
-	if (a->type < PVFSD_TYPE_REGULAR || a->type > PVFSD_TYPE_BLOCK_DEVICE)
-		return pvfs_bad("object type %u", a->type);
+		return pvfs_why(why, "attributes of handle 0");
+	if (!pvfs_type_ok(a->type))
+		return pvfs_why(why, "object type %u", a->type);
 	if (a->mode & ~07777u)
-		return pvfs_bad("mode %o", a->mode);
+		return pvfs_why(why, "mode %o", a->mode);
+	/* i_size is signed: 2^63 and above would be a negative size */
+	if (a->size > (u64)MAX_LFS_FILESIZE)
+		return pvfs_why(why, "size %llu", a->size);
+	/* (u32)-1 is no id: make_kuid() would give INVALID_UID */
+	if (a->uid == (u32)-1 || a->gid == (u32)-1)
+		return pvfs_why(why, "uid %u gid %u", a->uid, a->gid);
+	/* new_decode_dev() takes 32 bits; more would be cut silently */
+	if ((a->type == PVFSD_TYPE_CHAR_DEVICE || a->type == PVFSD_TYPE_BLOCK_DEVICE) &&
+	    a->rdev > U32_MAX)
+		return pvfs_why(why, "device number %#llx", a->rdev);
 	if (!pvfs_time_ok(&a->atime) || !pvfs_time_ok(&a->mtime) || !pvfs_time_ok(&a->ctime))
-		return pvfs_bad("a time with nanoseconds out of range");
+		return pvfs_why(why, "a time with nanoseconds out of range");
+	return 0;
+}
+
+/*
+ * The object an answer describes must be the one its request named (GETATTR,
+ * SETATTR, LINK) or of the kind it made; a name never resolves to the
+ * directory it is in (the VFS resolves "." and ".." itself).
+ */
+static int pvfs_check_object(const struct pvfs_op *op, const struct pvfsd_attr *a, char *why)
+{
+	const void *req = op->up + 1;
+	u64 want = 0, parent = 0;
+	u32 type = 0;
+
+	switch (op->opcode) {
+	case PVFSD_OP_GETATTR:
+		want = ((const struct pvfsd_handle_req *)req)->handle;
+		break;
+	case PVFSD_OP_SETATTR:
+		want = ((const struct pvfsd_setattr_req *)req)->handle;
+		break;
+	case PVFSD_OP_LINK:
+		want = ((const struct pvfsd_link_req *)req)->target;
+		if (a->type == PVFSD_TYPE_DIRECTORY)
+			return pvfs_why(why, "a hard link to a directory");
+		break;
+	case PVFSD_OP_LOOKUP:
+		parent = ((const struct pvfsd_name_req *)req)->parent;
+		break;
+	case PVFSD_OP_CREATE:
+		parent = ((const struct pvfsd_create_req *)req)->parent;
+		type = PVFSD_TYPE_REGULAR;
+		break;
+	case PVFSD_OP_MKDIR:
+	case PVFSD_OP_MKNOD:
+		parent = ((const struct pvfsd_mknod_req *)req)->parent;
+		type = ((const struct pvfsd_mknod_req *)req)->type;
+		break;
+	case PVFSD_OP_SYMLINK:
+		parent = ((const struct pvfsd_symlink_req *)req)->parent;
+		type = PVFSD_TYPE_SYMLINK;
+		break;
+	}
+	if (want && a->handle != want)
+		return pvfs_why(why, "handle %#llx where %#llx was asked", a->handle, want);
+	if (parent && a->handle == parent)
+		return pvfs_why(why, "handle %#llx is the directory itself", a->handle);
+	if (type && a->type != type)
+		return pvfs_why(why, "a %s where a %s was asked", pvfs_type_name(a->type),
+				pvfs_type_name(type));
 	return 0;
 }
 
 /* A name from the daemon: 1..255 bytes, no NUL, no '/'. */
-static int pvfs_check_name(const char *name, u32 len)
+static int pvfs_check_name(const char *name, u32 len, char *why)
 {
 	if (len < 1 || len > PVFSD_MAX_NAME)
-		return pvfs_bad("a name of %u bytes", len);
+		return pvfs_why(why, "a name of %u bytes", len);
 	if (memchr(name, '\0', len) || memchr(name, '/', len))
-		return pvfs_bad("a name with NUL or '/'");
+		return pvfs_why(why, "a name with NUL or '/'");
 	return 0;
 }
 
-static int pvfs_check_readdir(const struct pvfs_op *op, const void *body, size_t len)
+static int pvfs_check_readdir(const struct pvfs_op *op, const void *body, size_t len, char *why)
 {
 	const struct pvfsd_readdir_req *req = (const void *)(op->up + 1);
 	const struct pvfsd_readdir_resp *resp = body;
@@ -266,62 +377,61 @@ static int pvfs_check_readdir(const struct pvfs_op *op, const void *body, size_t
 	int err;
 
 	if (len < sizeof(*resp))
-		return pvfs_bad("READDIR answer of %zu bytes", len);
+		return pvfs_why(why, "%zu bytes", len);
 	if (resp->eof > 1)
-		return pvfs_bad("READDIR eof %u", resp->eof);
+		return pvfs_why(why, "eof %u", resp->eof);
 	if (len - sizeof(*resp) > req->max_bytes)
-		return pvfs_bad("READDIR entries beyond the %u bytes asked", req->max_bytes);
+		return pvfs_why(why, "entries beyond the %u bytes asked", req->max_bytes);
 	for (i = 0; i < resp->count; i++) {
 		const struct pvfsd_dirent *de = body + pos;
 		size_t step;
 
 		if (len - pos < sizeof(*de))
-			return pvfs_bad("READDIR entry %u truncated", i);
+			return pvfs_why(why, "entry %u truncated", i);
 		if (de->handle == 0 || de->cookie == 0)
-			return pvfs_bad("READDIR entry %u: handle or cookie 0", i);
-		if (de->type < PVFSD_TYPE_REGULAR || de->type > PVFSD_TYPE_BLOCK_DEVICE)
-			return pvfs_bad("READDIR entry %u: type %u", i, de->type);
+			return pvfs_why(why, "entry %u: handle or cookie 0", i);
+		if (!pvfs_type_ok(de->type))
+			return pvfs_why(why, "entry %u: type %u", i, de->type);
 		if (de->name_len < 1 || de->name_len > PVFSD_MAX_NAME)
-			return pvfs_bad("READDIR entry %u: name of %u bytes", i, de->name_len);
+			return pvfs_why(why, "entry %u: name of %u bytes", i, de->name_len);
 		step = ALIGN(sizeof(*de) + de->name_len, 8);
 		if (len - pos < step)
-			return pvfs_bad("READDIR entry %u truncated", i);
-		err = pvfs_check_name((const char *)(de + 1), de->name_len);
+			return pvfs_why(why, "entry %u truncated", i);
+		err = pvfs_check_name((const char *)(de + 1), de->name_len, why);
 		if (err)
 			return err;
 		if (memchr_inv((const char *)(de + 1) + de->name_len, 0,
 			       step - sizeof(*de) - de->name_len))
-			return pvfs_bad("READDIR entry %u: padding not zero", i);
+			return pvfs_why(why, "entry %u: padding not zero", i);
 		pos += step;
 	}
 	if (pos != len)
-		return pvfs_bad("READDIR: %zu bytes after %u entries", len - pos, resp->count);
+		return pvfs_why(why, "%zu bytes after %u entries", len - pos, resp->count);
 	return 0;
 }
 
 /* Checks a successful downcall's body against what @op asked. */
-static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t len)
+static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t len, char *why)
 {
 	const void *req = op->up + 1;
 	int err;
 
 	if (len > op->resp_max && op->opcode != PVFSD_OP_READDIR)
-		return pvfs_bad("op %u: answer of %zu bytes, at most %zu expected", op->opcode, len,
-				op->resp_max);
+		return pvfs_why(why, "%zu bytes, at most %zu expected", len, op->resp_max);
 
 	switch (op->opcode) {
 	case PVFSD_OP_ATTACH: {
 		const struct pvfsd_attach_resp *r = body;
 
 		if (len != sizeof(*r))
-			return pvfs_bad("ATTACH answer of %zu bytes", len);
-		err = pvfs_check_attr(&r->root);
+			return pvfs_why(why, "%zu bytes", len);
+		err = pvfs_check_attr(&r->root, why);
 		if (err)
 			return err;
 		if (r->root.type != PVFSD_TYPE_DIRECTORY)
-			return pvfs_bad("ATTACH: the root is no directory");
+			return pvfs_why(why, "the root is a %s", pvfs_type_name(r->root.type));
 		if (r->max_name < 1 || r->max_name > PVFSD_MAX_NAME || r->pad)
-			return pvfs_bad("ATTACH: max_name %u", r->max_name);
+			return pvfs_why(why, "max_name %u", r->max_name);
 		return 0;
 	}
 	case PVFSD_OP_LOOKUP:
@@ -330,23 +440,23 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t le
 	case PVFSD_OP_MKDIR:
 	case PVFSD_OP_MKNOD:
 	case PVFSD_OP_SYMLINK:
-	case PVFSD_OP_LINK:
-		if (len != sizeof(struct pvfsd_attr_resp))
-			return pvfs_bad("op %u: attributes of %zu bytes", op->opcode, len);
-		return pvfs_check_attr(body);
+	case PVFSD_OP_LINK: {
+		const struct pvfsd_attr_resp *r = body;
+
+		if (len != sizeof(*r))
+			return pvfs_why(why, "attributes of %zu bytes", len);
+		err = pvfs_check_attr(&r->attr, why);
+		return err ? err : pvfs_check_object(op, &r->attr, why);
+	}
 	case PVFSD_OP_CREATE: {
 		const struct pvfsd_create_resp *r = body;
 
 		if (len != sizeof(*r))
-			return pvfs_bad("CREATE answer of %zu bytes", len);
+			return pvfs_why(why, "%zu bytes", len);
 		if (r->created > 1 || r->pad)
-			return pvfs_bad("CREATE created=%u", r->created);
-		err = pvfs_check_attr(&r->attr);
-		if (err)
-			return err;
-		if (r->attr.type != PVFSD_TYPE_REGULAR)
-			return pvfs_bad("CREATE: not a regular file");
-		return 0;
+			return pvfs_why(why, "created=%u", r->created);
+		err = pvfs_check_attr(&r->attr, why);
+		return err ? err : pvfs_check_object(op, &r->attr, why);
 	}
 	case PVFSD_OP_DETACH:
 	case PVFSD_OP_UNLINK:
@@ -356,41 +466,41 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t le
 	case PVFSD_OP_XATTR_SET:
 	case PVFSD_OP_XATTR_REMOVE:
 		if (len)
-			return pvfs_bad("op %u: %zu bytes where none belong", op->opcode, len);
+			return pvfs_why(why, "%zu bytes where none belong", len);
 		return 0;
 	case PVFSD_OP_READLINK: {
 		const struct pvfsd_readlink_resp *r = body;
 
 		if (len < sizeof(*r) || r->pad)
-			return pvfs_bad("READLINK answer of %zu bytes", len);
+			return pvfs_why(why, "%zu bytes", len);
 		if (r->target_len < 1 || r->target_len > PVFSD_MAX_SYMLINK ||
 		    len != sizeof(*r) + r->target_len)
-			return pvfs_bad("READLINK target of %u bytes in %zu", r->target_len, len);
+			return pvfs_why(why, "a target of %u bytes in %zu", r->target_len, len);
 		if (memchr(r + 1, '\0', r->target_len))
-			return pvfs_bad("READLINK target with NUL");
+			return pvfs_why(why, "a target with NUL");
 		return 0;
 	}
 	case PVFSD_OP_READDIR:
-		return pvfs_check_readdir(op, body, len);
+		return pvfs_check_readdir(op, body, len, why);
 	case PVFSD_OP_READ:
 	case PVFSD_OP_WRITE: {
 		const struct pvfsd_io_req *q = req;
 		const struct pvfsd_io_resp *r = body;
 
 		if (len != sizeof(*r) || r->pad)
-			return pvfs_bad("I/O answer of %zu bytes", len);
+			return pvfs_why(why, "%zu bytes", len);
 		if (r->done > q->length)
-			return pvfs_bad("I/O of %u bytes done, %u asked", r->done, q->length);
+			return pvfs_why(why, "%u bytes done, %u asked", r->done, q->length);
 		return 0;
 	}
 	case PVFSD_OP_STATFS: {
 		const struct pvfsd_statfs_resp *r = body;
 
 		if (len != sizeof(*r))
-			return pvfs_bad("STATFS answer of %zu bytes", len);
+			return pvfs_why(why, "%zu bytes", len);
 		if (r->bsize == 0 || r->namelen == 0 || r->namelen > PVFSD_MAX_NAME ||
 		    r->bfree > r->blocks || r->bavail > r->blocks || r->ffree > r->files)
-			return pvfs_bad("STATFS figures inconsistent");
+			return pvfs_why(why, "figures inconsistent");
 		return 0;
 	}
 	case PVFSD_OP_XATTR_GET:
@@ -399,22 +509,33 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t le
 		const struct pvfsd_xattr_resp *r = body;
 
 		if (len < sizeof(*r) || r->pad)
-			return pvfs_bad("xattr answer of %zu bytes", len);
+			return pvfs_why(why, "%zu bytes", len);
 		if (r->size > PVFSD_MAX_XATTR_VALUE)
-			return pvfs_bad("xattr of %u bytes", r->size);
+			return pvfs_why(why, "a value of %u bytes", r->size);
 		if (q->value_len == 0) {
 			if (len != sizeof(*r))
-				return pvfs_bad("xattr value where only its size was asked");
+				return pvfs_why(why, "a value where only its size was asked");
 			return 0;
 		}
 		if (r->size > q->value_len || len != sizeof(*r) + r->size)
-			return pvfs_bad("xattr of %u bytes in %zu (room %u)", r->size, len,
+			return pvfs_why(why, "a value of %u bytes in %zu (room %u)", r->size, len,
 					q->value_len);
 		return 0;
 	}
 	default:
-		return pvfs_bad("an answer to op %u", op->opcode);
+		return pvfs_why(why, "no answer belongs to this op");
 	}
+}
+
+/* The status and body of an answer to @op. */
+static int pvfs_check_answer(const struct pvfs_op *op, const struct pvfsd_msg_hdr *hdr,
+			     const void *body, size_t len, char *why)
+{
+	if (hdr->status > 0 || hdr->status < -4095)
+		return pvfs_why(why, "status %d", hdr->status);
+	if (hdr->status != 0)
+		return len ? pvfs_why(why, "status %d with a body", hdr->status) : 0;
+	return pvfs_check_body(op, body, len, why);
 }
 
 static ssize_t pvfs_dev_downcall(const void *msg, size_t len)
@@ -422,14 +543,10 @@ static ssize_t pvfs_dev_downcall(const void *msg, size_t len)
 	const struct pvfsd_msg_hdr *hdr = msg;
 	const void *body = hdr + 1;
 	size_t body_len = len - sizeof(*hdr);
+	char why[PVFS_WHY_LEN];
 	struct pvfs_op *op;
 	void *down = NULL;
 	int err;
-
-	if (hdr->status > 0 || hdr->status < -4095)
-		return pvfs_bad("status %d", hdr->status);
-	if (hdr->status != 0 && body_len)
-		return pvfs_bad("status %d with a body", hdr->status);
 
 	spin_lock(&pvfs_chan.lock);
 	op = pvfs_chan_find_sent_locked(hdr->tag);
@@ -439,17 +556,27 @@ static ssize_t pvfs_dev_downcall(const void *msg, size_t len)
 	if (!op)
 		return pvfs_bad("no request has tag %llu", hdr->tag);
 	if (op->opcode != hdr->op) {
+		/* no answer to this op: it stays pending */
 		err = pvfs_bad("op %u answers tag %llu of op %u", hdr->op, hdr->tag, op->opcode);
 		goto out;
 	}
-	if (hdr->status == 0) {
-		err = pvfs_check_body(op, body, body_len);
-		if (err)
-			goto out;
+	err = pvfs_check_answer(op, hdr, body, body_len, why);
+	if (err) {
+		/*
+		 * The daemon answered and will not answer again: left pending,
+		 * the op would hold its caller until SIGKILL.
+		 */
+		pr_warn_ratelimited(
+			"refused pvfsd's answer to %s tag %llu: %s; the request fails with EIO\n",
+			pvfs_op_name(op->opcode), hdr->tag, why);
+		pvfs_chan_answer(op, -EIO, NULL, 0);
+		goto out;
 	}
 	if (body_len) {
 		down = kvmalloc(body_len, GFP_KERNEL);
 		if (!down) {
+			/* for the same reason: the answer is lost */
+			pvfs_chan_answer(op, -ENOMEM, NULL, 0);
 			err = -ENOMEM;
 			goto out;
 		}

@@ -396,8 +396,9 @@ static void pvfs_wb_end(struct pvfs_wb *wb, struct pvfs_wb_batch *b, ssize_t don
 	if (done < 0 && pvfs_wb_transient(done)) {
 		transient = true;
 		if (done != -ERESTARTSYS && done != -EINTR && done != -ECANCELED)
-			pr_info_ratelimited("inode %lu: WRITE at %lld failed (%zd); sent again later\n",
-					    wb->inode->i_ino, b->start, done);
+			pr_info_ratelimited(
+				"inode %lu: WRITE at %lld failed (%zd); sent again later\n",
+				wb->inode->i_ino, b->start, done);
 	} else if (done < 0) {
 		pvfs_wb_fail(wb, done);
 	}

@@ -82,6 +82,31 @@ static umode_t pvfs_type_bits(u32 type)
 	}
 }
 
+const char *pvfs_type_name(u32 type)
+{
+	static const char *const names[] = {
+		[PVFSD_TYPE_REGULAR] = "regular file",
+		[PVFSD_TYPE_DIRECTORY] = "directory",
+		[PVFSD_TYPE_SYMLINK] = "symlink",
+		[PVFSD_TYPE_FIFO] = "fifo",
+		[PVFSD_TYPE_SOCKET] = "socket",
+		[PVFSD_TYPE_CHAR_DEVICE] = "character device",
+		[PVFSD_TYPE_BLOCK_DEVICE] = "block device",
+	};
+
+	return type < ARRAY_SIZE(names) && names[type] ? names[type] : "bad type";
+}
+
+static u32 pvfs_inode_type(const struct inode *inode)
+{
+	u32 type;
+
+	for (type = PVFSD_TYPE_REGULAR; type < PVFSD_TYPE_BLOCK_DEVICE; type++)
+		if (pvfs_type_bits(type) == (inode->i_mode & S_IFMT))
+			break;
+	return type;
+}
+
 static struct timespec64 pvfs_ts(const struct pvfsd_time *t)
 {
 	return (struct timespec64){.tv_sec = t->sec, .tv_nsec = t->nsec};
@@ -101,7 +126,7 @@ unsigned long pvfs_attr_timeout(struct inode *inode)
 	return clamp_t(time64_t, age / 10, lo, hi) * HZ;
 }
 
-void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr)
+int pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr)
 {
 	struct pvfs_inode_info *pi = PVFS_I(inode);
 	struct timespec64 old_mtime = pvfs_inode_mtime(inode);
@@ -109,6 +134,17 @@ void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr)
 	loff_t old_size = i_size_read(inode);
 	bool changed;
 
+	/*
+	 * A handle is never reused (docs/metadata.md), so its object never
+	 * changes type; the VFS relies on a live inode's type staying put.
+	 */
+	if (attr->handle != pi->handle || pvfs_type_bits(attr->type) != (inode->i_mode & S_IFMT)) {
+		pr_warn_ratelimited("%s: attributes of %#llx (a %s) for inode %#llx (a %s): EIO\n",
+				    PVFS_SB(inode->i_sb)->source, attr->handle,
+				    pvfs_type_name(attr->type), pi->handle,
+				    pvfs_type_name(pvfs_inode_type(inode)));
+		return -EIO;
+	}
 	inode->i_mode = pvfs_type_bits(attr->type) | (attr->mode & 07777);
 	inode->i_uid = make_kuid(&init_user_ns, attr->uid);
 	inode->i_gid = make_kgid(&init_user_ns, attr->gid);
@@ -120,7 +156,7 @@ void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr)
 
 	if (!S_ISREG(inode->i_mode)) {
 		i_size_write(inode, attr->size);
-		return;
+		return 0;
 	}
 	/*
 	 * Data written here but not yet flushed may make the local size the
@@ -130,7 +166,7 @@ void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr)
 	    mapping_tagged(inode->i_mapping, PAGECACHE_TAG_WRITEBACK)) {
 		if (attr->size > old_size)
 			i_size_write(inode, attr->size);
-		return;
+		return 0;
 	}
 	i_size_write(inode, attr->size);
 	inode->i_blocks = (attr->size + 511) >> 9;
@@ -138,6 +174,7 @@ void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr)
 	changed = !timespec64_equal(&old_mtime, &mtime) || old_size != (loff_t)attr->size;
 	if (changed && inode->i_mapping->nrpages)
 		invalidate_mapping_pages(inode->i_mapping, 0, -1);
+	return 0;
 }
 
 int pvfs_revalidate(struct inode *inode, bool force)
@@ -160,13 +197,7 @@ int pvfs_revalidate(struct inode *inode, bool force)
 	err = pvfs_op_run(op);
 	if (!err) {
 		resp = pvfs_op_resp(op);
-		if (pvfs_type_bits(resp->attr.type) != (inode->i_mode & S_IFMT)) {
-			/* the handle now names another kind of object */
-			make_bad_inode(inode);
-			err = -ESTALE;
-		} else {
-			pvfs_update_inode(inode, &resp->attr);
-		}
+		err = pvfs_update_inode(inode, &resp->attr);
 	} else if (err == -ENOENT) {
 		err = -ESTALE;
 	}
@@ -255,7 +286,12 @@ int pvfs_setattr(PVFS_IDMAP_T *idmap, struct dentry *dentry, struct iattr *iattr
 		resp = pvfs_op_resp(op);
 		if (mask & PVFSD_SET_SIZE)
 			truncate_setsize(inode, iattr->ia_size);
-		pvfs_update_inode(inode, &resp->attr);
+		err = pvfs_update_inode(inode, &resp->attr);
+	}
+	if (err == -EIO) {
+		/* the server may have made the change: ask it next time */
+		pvfs_attr_stale(inode);
+		PVFS_I(inode)->perm_time = 0;
 	}
 	pvfs_op_put(op);
 	return err;
@@ -335,17 +371,18 @@ struct inode *pvfs_iget(struct super_block *sb, const struct pvfsd_attr *attr)
 {
 	u64 handle = attr->handle;
 	struct inode *inode;
+	int err;
 
 	inode = iget5_locked(sb, (unsigned long)(handle ^ (handle >> 32)), pvfs_inode_test,
 			     pvfs_inode_set, &handle);
 	if (!inode)
 		return ERR_PTR(-ENOMEM);
 	if (!(inode->i_state & I_NEW)) {
-		if ((inode->i_mode & S_IFMT) != pvfs_type_bits(attr->type)) {
+		err = pvfs_update_inode(inode, attr);
+		if (err) {
 			iput(inode);
-			return ERR_PTR(-ESTALE);
+			return ERR_PTR(err);
 		}
-		pvfs_update_inode(inode, attr);
 		return inode;
 	}
 	inode->i_mode = pvfs_type_bits(attr->type);

@@ -95,9 +95,13 @@ static int pvfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 		valid = err;
 	} else {
 		resp = pvfs_op_resp(op);
-		valid = inode && PVFS_I(inode)->handle == resp->attr.handle;
-		if (valid)
-			pvfs_update_inode(inode, &resp->attr);
+		/*
+		 * Another handle, or the same of another type (a lie: handles
+		 * are not reused), makes the dentry invalid, as NFS and FUSE
+		 * do: the VFS drops it and looks the name up again.
+		 */
+		valid = inode && PVFS_I(inode)->handle == resp->attr.handle &&
+			pvfs_update_inode(inode, &resp->attr) == 0;
 	}
 	pvfs_op_put(op);
 	if (valid == 1)
@@ -316,10 +320,16 @@ static int pvfs_link(struct dentry *old_dentry, struct inode *dir, struct dentry
 	err = pvfs_op_run(op);
 	if (!err) {
 		resp = pvfs_op_resp(op);
-		pvfs_update_inode(inode, &resp->attr);
+		err = pvfs_update_inode(inode, &resp->attr);
+	}
+	if (!err) {
 		ihold(inode);
 		d_instantiate(dentry, inode);
 		pvfs_dentry_fresh(dentry);
+		pvfs_attr_stale(dir);
+	} else if (err == -EIO) {
+		/* the link may exist all the same: ask the server next time */
+		pvfs_attr_stale(inode);
 		pvfs_attr_stale(dir);
 	}
 	pvfs_op_put(op);

@@ -215,8 +215,13 @@ struct inode *pvfs_alloc_inode(struct super_block *sb);
 void pvfs_free_inode(struct inode *inode);
 /* The inode of @attr's handle, created or refreshed from @attr; ERR_PTR. */
 struct inode *pvfs_iget(struct super_block *sb, const struct pvfsd_attr *attr);
-/* Takes fresh attributes from the daemon into @inode. */
-void pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr);
+/*
+ * Takes fresh attributes from the daemon into @inode: -EIO (logged, the
+ * inode untouched) when they are of another handle or another type.
+ */
+int pvfs_update_inode(struct inode *inode, const struct pvfsd_attr *attr);
+/* "regular file", "directory", ... for log lines */
+const char *pvfs_type_name(u32 type);
 /* GETATTR unless the cached attributes are young enough (or @force). */
 int pvfs_revalidate(struct inode *inode, bool force);
 /*

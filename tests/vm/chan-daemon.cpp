@@ -4,21 +4,31 @@
 //   chan-daemon check MOUNTPOINT SOURCE
 //       Walks the protocol: HELLO rules, mmap rules, then mounts SOURCE on
 //       MOUNTPOINT (a child process) and answers the ATTACH, statfs and
-//       DETACH upcalls, each first with every kind of malformed downcall
-//       (each must fail with EINVAL, or EPROTO for a wrong version) and
-//       then with a good one.  Exits 0 when the kernel behaved.
-//   chan-daemon serve [--hold OP] [--die-after OP] [--count-cancels]
-//       Answers ATTACH (a root directory), STATFS and DETACH until killed,
-//       printing one line per upcall: "OP tag=T mount=M [replayed]".
+//       DETACH upcalls with every kind of malformed downcall (each must
+//       fail with EINVAL, or EPROTO for a wrong version).  One that names
+//       no pending request of its op leaves the request pending for the
+//       good answer; one that does ends the request with EIO at once, so
+//       each of those gets a request of its own.  Exits 0 when the kernel
+//       behaved.
+//   chan-daemon serve [--hold OP] [--die-after OP] [--lie OP:KIND]... [--lies FILE]
+//       Answers ATTACH (a root directory), STATFS, DETACH and the namespace
+//       ops of a small file system kept in memory (LOOKUP, GETATTR,
+//       SETATTR, CREATE, MKDIR, MKNOD, SYMLINK, LINK, UNLINK, RMDIR) until
+//       killed, printing one line per upcall: "OP tag=T mount=M [replayed]".
 //       --hold OP: read upcalls of OP but never answer them.
 //       --die-after OP: exit at once after reading an upcall of OP (a
 //       daemon crash with the op in flight).
 //       --fail OP:ERRNO:N: answer the next N upcalls of OP with -ERRNO (a
-//       name such as ENOSPC, or a number); ERRNO 0 answers them normally.
-//       Several --fail rules of one OP apply one after the other, so
-//       "--fail WRITE:0:1 --fail WRITE:ENOSPC:1" fails the second WRITE.
-//       Regular files in the root directory live in memory: LOOKUP,
-//       CREATE, GETATTR, SETATTR, READ, WRITE and FSYNC work on them.
+//       name such as ENOSPC, or a number) without doing them; ERRNO 0
+//       answers them normally.  Several --fail rules of one OP apply one
+//       after the other, so "--fail WRITE:0:1 --fail WRITE:ENOSPC:1" fails
+//       the second WRITE.
+//       --lie OP:KIND: do the op, then answer it with a lie of KIND: type
+//       (another object type), handle (another object: the root, or for
+//       the root one that does not exist), size (2^63), uid ((u32)-1),
+//       length (8 bytes too many).  Only ATTACH lies about the root.
+//       --lies FILE: OP:KIND lines, read again before every answer, so a
+//       test switches lies on and off while the daemon runs.
 //
 // Prints what it does; exits 1 on any unexpected result, 2 on bad usage.
 #include "upcall.hpp" // op_name: the names pvfsd logs
@@ -35,12 +45,16 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -239,8 +253,28 @@ int wait_child(pid_t pid)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// Every malformed answer to `up` must be refused, leaving the op pending.
-void refuse_malformed(int fd, const Msg &up, const Msg &good)
+// wait_child with a deadline: a child still running after `ms` is killed
+// and counts as failed (-1), so a hang fails the check instead of the run.
+int wait_child_within(pid_t pid, int ms)
+{
+    for (int waited = 0; waited < ms; waited += 10) {
+        int status = 0;
+        const pid_t got = ::waitpid(pid, &status, WNOHANG);
+        if (got == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (got < 0)
+            return -1;
+        ::usleep(10000);
+    }
+    ::kill(pid, SIGKILL);
+    wait_child(pid);
+    return -1;
+}
+
+// Messages that answer no pending request of their op (a bad header, an
+// unknown tag, another op) must be refused, leaving the request to `up`
+// pending.
+void refuse_stray(int fd, const Msg &up, const Msg &good)
 {
     const pvfsd_msg_hdr h = up.hdr();
     const std::string op = op_name(h.op);
@@ -263,31 +297,6 @@ void refuse_malformed(int fd, const Msg &up, const Msg &good)
                  op + " answer with tag 0");
     expect_write(fd, patched([](pvfsd_msg_hdr &g) { g.op = PVFSD_OP_GETATTR; }), "EINVAL",
                  op + " answer naming another op");
-    expect_write(fd, make_empty(h.op, h.tag, 5), "EINVAL", op + " answer with status +5");
-    expect_write(fd, make_empty(h.op, h.tag, -5000), "EINVAL", op + " answer with status -5000");
-    {
-        Msg m = good;
-        pvfsd_msg_hdr g = m.hdr();
-        g.status = -EIO;
-        std::memcpy(m.bytes.data(), &g, sizeof(g));
-        expect_write(fd, m, "EINVAL", op + " error answer carrying a body");
-    }
-    {
-        Msg m = good;
-        m.bytes.resize(m.bytes.size() - 4);
-        pvfsd_msg_hdr g = m.hdr();
-        g.length -= 4;
-        std::memcpy(m.bytes.data(), &g, sizeof(g));
-        expect_write(fd, m, "EINVAL", op + " answer with a truncated body");
-    }
-    {
-        Msg m = good;
-        m.bytes.resize(m.bytes.size() + 8);
-        pvfsd_msg_hdr g = m.hdr();
-        g.length += 8;
-        std::memcpy(m.bytes.data(), &g, sizeof(g));
-        expect_write(fd, m, "EINVAL", op + " answer with trailing bytes");
-    }
     {
         Msg m = good;
         m.bytes.resize(sizeof(pvfsd_msg_hdr) - 1);
@@ -297,6 +306,66 @@ void refuse_malformed(int fd, const Msg &up, const Msg &good)
         Msg m;
         m.bytes.assign(PVFSD_DEV_MAX_MSG + 1, std::byte{0});
         expect_write(fd, m, "EINVAL", op + " write above the message limit");
+    }
+}
+
+// A malformed answer that names its request: `make` builds it for a tag.
+struct BadAnswer {
+    std::string what;
+    std::function<Msg(std::uint64_t)> make;
+};
+
+// The malformed answers any op can get: status out of range, an error
+// with a body, a body cut short or too long.
+std::vector<BadAnswer> bad_envelopes(std::uint16_t op,
+                                     const std::function<Msg(std::uint64_t)> &good)
+{
+    auto resized = [good](std::uint64_t tag, std::ptrdiff_t by) {
+        Msg m = good(tag);
+        m.bytes.resize(static_cast<std::size_t>(static_cast<std::ptrdiff_t>(m.bytes.size()) + by));
+        pvfsd_msg_hdr g = m.hdr();
+        g.length = static_cast<std::uint32_t>(m.bytes.size());
+        std::memcpy(m.bytes.data(), &g, sizeof(g));
+        return m;
+    };
+    return {
+        {"status +5", [op](std::uint64_t tag) { return make_empty(op, tag, 5); }},
+        {"status -5000", [op](std::uint64_t tag) { return make_empty(op, tag, -5000); }},
+        {"an error carrying a body",
+         [good](std::uint64_t tag) {
+             Msg m = good(tag);
+             pvfsd_msg_hdr g = m.hdr();
+             g.status = -EIO;
+             std::memcpy(m.bytes.data(), &g, sizeof(g));
+             return m;
+         }},
+        {"a truncated body", [resized](std::uint64_t tag) { return resized(tag, -4); }},
+        {"trailing bytes", [resized](std::uint64_t tag) { return resized(tag, 8); }},
+    };
+}
+
+// Each of `bads` answers a request of its own, which `caller` (a child that
+// returns 0 when its system call failed with EIO) makes: the answer is
+// refused with EINVAL and the call fails with EIO at once; a good answer
+// after it finds no request.
+void refuse_ending(int fd, std::uint16_t op, const std::function<int()> &caller,
+                   const std::function<Msg(std::uint64_t)> &good,
+                   const std::vector<BadAnswer> &bads)
+{
+    const std::string name = op_name(op);
+    for (const auto &bad : bads) {
+        const pid_t pid = spawn(caller);
+        Msg up;
+        if (!read_msg(fd, up) || up.hdr().op != op) {
+            expect(false, "read a " + name + " upcall for: " + bad.what);
+            wait_child_within(pid, 0);
+            continue;
+        }
+        const std::uint64_t tag = up.hdr().tag;
+        expect_write(fd, bad.make(tag), "EINVAL", name + " answer: " + bad.what);
+        expect(wait_child_within(pid, 2000) == 0,
+               name + " answer: " + bad.what + ": the caller got EIO at once");
+        expect_write(fd, good(tag), "EINVAL", name + ": a good answer after it finds no request");
     }
 }
 
@@ -346,6 +415,44 @@ int run_check(const std::string &mountpoint, const std::string &source)
     }
 
     // ---- ATTACH ----
+    // Each malformed answer that names the ATTACH ends it: that mount fails.
+    auto attach_answer = [](std::uint64_t tag) {
+        return make(PVFSD_OP_ATTACH, tag, 0, attach_ok());
+    };
+    auto bad_attach = [](const std::string &what,
+                         const std::function<void(pvfsd_attach_resp &)> &fix) {
+        return BadAnswer{what, [fix](std::uint64_t tag) {
+                             pvfsd_attach_resp r = attach_ok();
+                             fix(r);
+                             return make(PVFSD_OP_ATTACH, tag, 0, r);
+                         }};
+    };
+    std::vector<BadAnswer> attach_bads = bad_envelopes(PVFSD_OP_ATTACH, attach_answer);
+    for (auto &b : std::vector<BadAnswer>{
+             bad_attach("root handle 0", [](auto &r) { r.root.handle = 0; }),
+             bad_attach("object type 9", [](auto &r) { r.root.type = 9; }),
+             bad_attach("root is a regular file",
+                        [](auto &r) { r.root.type = PVFSD_TYPE_REGULAR; }),
+             bad_attach("nanoseconds of 1e9", [](auto &r) { r.root.mtime.nsec = 1000000000; }),
+             bad_attach("mode with file type bits", [](auto &r) { r.root.mode = 040755; }),
+             bad_attach("size 2^63", [](auto &r) { r.root.size = 1ULL << 63U; }),
+             bad_attach("uid (u32)-1", [](auto &r) { r.root.uid = 0xffffffffU; }),
+             bad_attach("max_name 0", [](auto &r) { r.max_name = 0; }),
+             bad_attach("max_name 256", [](auto &r) { r.max_name = 256; }),
+         })
+        attach_bads.push_back(std::move(b));
+    refuse_ending(
+        fd.get(), PVFSD_OP_ATTACH,
+        [&] {
+            if (::mount(source.c_str(), mountpoint.c_str(), "pvfs", 0, "timeo=20") == 0) {
+                std::printf("mount succeeded after a malformed ATTACH answer\n");
+                ::umount(mountpoint.c_str());
+                return 1;
+            }
+            return errno == EIO ? 0 : 1;
+        },
+        attach_answer, attach_bads);
+
     const pid_t mounter = spawn([&] {
         const int rc = ::mount(source.c_str(), mountpoint.c_str(), "pvfs", 0, "timeo=20");
         if (rc != 0)
@@ -365,24 +472,10 @@ int run_check(const std::string &mountpoint, const std::string &source)
     expect(got_source == source && areq.common.mount_id != 0 && areq.common.fsuid == 0,
            "ATTACH carries the source '" + got_source + "', a mount id and the caller");
 
-    const Msg good_attach = make(PVFSD_OP_ATTACH, ah.tag, 0, attach_ok());
-    refuse_malformed(fd.get(), up, good_attach);
-    auto bad_attach = [&](const std::string &what,
-                          const std::function<void(pvfsd_attach_resp &)> &fix) {
-        pvfsd_attach_resp r = attach_ok();
-        fix(r);
-        expect_write(fd.get(), make(PVFSD_OP_ATTACH, ah.tag, 0, r), "EINVAL",
-                     "ATTACH answer: " + what);
-    };
-    bad_attach("root handle 0", [](auto &r) { r.root.handle = 0; });
-    bad_attach("object type 9", [](auto &r) { r.root.type = 9; });
-    bad_attach("root is a regular file", [](auto &r) { r.root.type = PVFSD_TYPE_REGULAR; });
-    bad_attach("nanoseconds of 1e9", [](auto &r) { r.root.mtime.nsec = 1000000000; });
-    bad_attach("mode with file type bits", [](auto &r) { r.root.mode = 040755; });
-    bad_attach("max_name 0", [](auto &r) { r.max_name = 0; });
-    bad_attach("max_name 256", [](auto &r) { r.max_name = 256; });
+    const Msg good_attach = attach_answer(ah.tag);
+    refuse_stray(fd.get(), up, good_attach);
     expect_write(fd.get(), good_attach, "ok", "the good ATTACH answer");
-    expect(wait_child(mounter) == 0, "mount succeeded after the malformed answers");
+    expect(wait_child(mounter) == 0, "mount succeeded after the stray answers");
     expect_write(fd.get(), good_attach, "EINVAL", "a second answer to the same tag");
 
     // ---- STATFS: figures pass through, errors pass through ----
@@ -405,19 +498,40 @@ int run_check(const std::string &mountpoint, const std::string &source)
     expect(sreq.handle == root_handle && sreq.common.mount_id == areq.common.mount_id,
            "STATFS names the root and the mount");
     const Msg good_statfs = make(PVFSD_OP_STATFS, up.hdr().tag, 0, statfs_ok());
-    refuse_malformed(fd.get(), up, good_statfs);
-    auto bad_statfs = [&](const std::string &what,
-                          const std::function<void(pvfsd_statfs_resp &)> &fix) {
-        pvfsd_statfs_resp r = statfs_ok();
-        fix(r);
-        expect_write(fd.get(), make(PVFSD_OP_STATFS, up.hdr().tag, 0, r), "EINVAL",
-                     "STATFS answer: " + what);
-    };
-    bad_statfs("more free than total", [](auto &r) { r.bfree = 2000; });
-    bad_statfs("block size 0", [](auto &r) { r.bsize = 0; });
-    bad_statfs("name length 0", [](auto &r) { r.namelen = 0; });
+    refuse_stray(fd.get(), up, good_statfs);
     expect_write(fd.get(), good_statfs, "ok", "the good STATFS answer");
     expect(wait_child(statter) == 0, "statfs returned the answered figures");
+
+    // Each malformed answer that names a STATFS ends it: that statfs fails.
+    auto statfs_answer = [](std::uint64_t tag) {
+        return make(PVFSD_OP_STATFS, tag, 0, statfs_ok());
+    };
+    auto bad_statfs = [](const std::string &what,
+                         const std::function<void(pvfsd_statfs_resp &)> &fix) {
+        return BadAnswer{what, [fix](std::uint64_t tag) {
+                             pvfsd_statfs_resp r = statfs_ok();
+                             fix(r);
+                             return make(PVFSD_OP_STATFS, tag, 0, r);
+                         }};
+    };
+    std::vector<BadAnswer> statfs_bads = bad_envelopes(PVFSD_OP_STATFS, statfs_answer);
+    for (auto &b : std::vector<BadAnswer>{
+             bad_statfs("more free than total", [](auto &r) { r.bfree = 2000; }),
+             bad_statfs("block size 0", [](auto &r) { r.bsize = 0; }),
+             bad_statfs("name length 0", [](auto &r) { r.namelen = 0; }),
+         })
+        statfs_bads.push_back(std::move(b));
+    refuse_ending(
+        fd.get(), PVFSD_OP_STATFS,
+        [&] {
+            struct statfs st {};
+            if (::statfs(mountpoint.c_str(), &st) == 0) {
+                std::printf("statfs succeeded after a malformed answer\n");
+                return 1;
+            }
+            return errno == EIO ? 0 : 1;
+        },
+        statfs_answer, statfs_bads);
 
     const pid_t failing = spawn([&] {
         struct statfs st {};
@@ -451,7 +565,7 @@ int run_check(const std::string &mountpoint, const std::string &source)
     return all_ok ? 0 : 1;
 }
 
-// ---- serve: scripted failures and files in memory ----
+// ---- serve: a small file system in memory, scripted failures and lies ----
 
 // A rule of --fail: the next `count` upcalls of `op` get -err (0: answered).
 struct FailRule {
@@ -487,177 +601,432 @@ bool parse_fail(const std::string &spec, FailRule &rule)
     return rule.op > 0 && rule.err >= 0 && rule.err < 4096;
 }
 
-// The errno the next upcall of `op` is to fail with (0: none); uses up the rules.
-int next_failure(std::deque<FailRule> &rules, int op)
+// A lie (serve --lie OP:KIND): the op is done, its answer altered.
+struct Lie {
+    int op = -1;
+    std::string kind;
+};
+
+std::optional<Lie> parse_lie(std::string_view text)
 {
-    for (auto it = rules.begin(); it != rules.end(); ++it) {
-        if (it->op != op)
-            continue;
-        const int err = it->err;
-        if (--it->count == 0)
-            rules.erase(it);
-        return err;
-    }
-    return 0;
+    static constexpr std::array<std::string_view, 5> kinds = {"type", "handle", "size", "uid",
+                                                              "length"};
+    const std::size_t colon = text.find(':');
+    if (colon == std::string_view::npos)
+        return std::nullopt;
+    Lie lie{op_number(text.substr(0, colon)), std::string(text.substr(colon + 1))};
+    bool known = false;
+    for (const auto k : kinds)
+        known |= lie.kind == k;
+    if (lie.op < 0 || !known)
+        return std::nullopt;
+    return lie;
 }
 
-// Regular files in the root directory, in memory, so that the page cache's
-// writeback can be driven and its bytes checked.
-class Files {
+// What serve does to its answers: the failures of --fail, the lies of
+// --lie, and those of --lies FILE as the file says now.
+class Script {
 public:
-    explicit Files(std::span<std::byte> slots, std::uint32_t slot_size)
-        : slots_(slots), slot_size_(slot_size)
+    bool add_fail(const std::string &spec)
     {
+        FailRule rule{};
+        if (!parse_fail(spec, rule))
+            return false;
+        fails_.push_back(rule);
+        return true;
+    }
+    bool add_lie(std::string_view text)
+    {
+        const auto lie = parse_lie(text);
+        if (lie)
+            lies_.push_back(*lie);
+        return lie.has_value();
+    }
+    void set_lies_file(std::string path) { lies_file_ = std::move(path); }
+
+    // The errno the next upcall of `op` is to fail with (0: none); uses up
+    // the rules.
+    int next_failure(int op)
+    {
+        for (auto it = fails_.begin(); it != fails_.end(); ++it) {
+            if (it->op != op)
+                continue;
+            const int err = it->err;
+            if (--it->count == 0)
+                fails_.erase(it);
+            return err;
+        }
+        return 0;
     }
 
-    // Answers `up` if it is a file op; returns false for other ops.
-    bool answer(int fd, const Msg &up, std::string &rc)
+    // The kind of lie to tell in an answer to `op`, or "".
+    [[nodiscard]] std::string lie_for(int op) const
     {
-        const pvfsd_msg_hdr h = up.hdr();
-        int status = 0;
-        switch (h.op) {
-        case PVFSD_OP_LOOKUP: {
-            const auto req = up.body<pvfsd_name_req>();
-            File *f = by_name(name_of(up, sizeof(req), req.name_len));
-            if (req.parent != root_handle || f == nullptr)
-                status = -ENOENT;
-            else
-                rc = write_msg(fd, make(h.op, h.tag, 0, pvfsd_attr_resp{attr(*f)}).bytes);
-            break;
+        for (const auto &lie : lies_)
+            if (lie.op == op)
+                return lie.kind;
+        if (lies_file_.empty())
+            return {};
+        std::ifstream in(lies_file_);
+        std::string line;
+        while (std::getline(in, line)) {
+            const auto lie = parse_lie(line);
+            if (lie && lie->op == op)
+                return lie->kind;
+            if (!lie && !line.empty())
+                std::printf("%s: not a lie: %s\n", lies_file_.c_str(), line.c_str());
         }
-        case PVFSD_OP_CREATE: {
-            const auto req = up.body<pvfsd_create_req>();
-            const std::string name = name_of(up, sizeof(req), req.name_len);
-            File *f = by_name(name);
-            pvfsd_create_resp r{};
-            if (req.parent != root_handle) {
-                status = -ENOTDIR;
-            } else if (f != nullptr && req.exclusive != 0) {
-                status = -EEXIST;
-            } else {
-                if (f == nullptr) {
-                    f = &files_[name];
-                    f->handle = root_handle + 1 + files_.size();
-                    f->mode = req.mode & 07777U;
-                    r.created = 1;
-                }
-                r.attr = attr(*f);
-                rc = write_msg(fd, make(h.op, h.tag, 0, r).bytes);
-            }
-            break;
-        }
-        case PVFSD_OP_GETATTR: {
-            const auto req = up.body<pvfsd_handle_req>();
-            if (req.handle == root_handle)
-                rc = write_msg(fd, make(h.op, h.tag, 0, pvfsd_attr_resp{root_attr()}).bytes);
-            else if (File *f = by_handle(req.handle); f != nullptr)
-                rc = write_msg(fd, make(h.op, h.tag, 0, pvfsd_attr_resp{attr(*f)}).bytes);
-            else
-                status = -ENOENT;
-            break;
-        }
-        case PVFSD_OP_SETATTR: {
-            const auto req = up.body<pvfsd_setattr_req>();
-            File *f = by_handle(req.handle);
-            if (f == nullptr) {
-                status = -ENOENT;
-                break;
-            }
-            if ((req.mask & PVFSD_SET_MODE) != 0)
-                f->mode = req.mode & 07777U;
-            if ((req.mask & PVFSD_SET_SIZE) != 0)
-                f->data.resize(req.size);
-            ++f->version;
-            rc = write_msg(fd, make(h.op, h.tag, 0, pvfsd_attr_resp{attr(*f)}).bytes);
-            break;
-        }
-        case PVFSD_OP_READ:
-        case PVFSD_OP_WRITE: {
-            const auto req = up.body<pvfsd_io_req>();
-            File *f = by_handle(req.handle);
-            const std::size_t at = std::size_t{req.slot} * slot_size_;
-            if (f == nullptr || req.length > slot_size_ || at + req.length > slots_.size()) {
-                status = f == nullptr ? -ENOENT : -EINVAL;
-                break;
-            }
-            std::byte *slot = slots_.data() + at;
-            pvfsd_io_resp r{};
-            if (h.op == PVFSD_OP_WRITE) {
-                if (f->data.size() < req.offset + req.length)
-                    f->data.resize(req.offset + req.length);
-                std::copy_n(slot, req.length, f->data.begin() + static_cast<long>(req.offset));
-                ++f->version;
-                r.done = req.length;
-            } else {
-                const std::size_t have =
-                    req.offset < f->data.size() ? f->data.size() - req.offset : 0;
-                r.done = static_cast<std::uint32_t>(std::min<std::size_t>(have, req.length));
-                std::copy_n(f->data.begin() + static_cast<long>(req.offset), r.done, slot);
-            }
-            rc = write_msg(fd, make(h.op, h.tag, 0, r).bytes);
-            break;
-        }
-        case PVFSD_OP_FSYNC:
-            break;
-        default:
-            return false;
-        }
-        if (rc.empty())
-            rc = write_msg(fd, make_empty(h.op, h.tag, status).bytes);
-        return true;
+        return {};
     }
 
 private:
-    struct File {
-        std::uint64_t handle = 0;
-        std::uint32_t mode = 0644;
-        std::uint32_t version = 0; // bumped by each change: the mtime
-        std::vector<std::byte> data;
+    std::deque<FailRule> fails_;
+    std::vector<Lie> lies_;
+    std::string lies_file_;
+};
+
+// Alters `m`, an answer whose body starts with the attributes of the object
+// (every op that answers with one does), as `kind` says; false when it
+// tells no lie.  Only ATTACH lies about the root: on a noac mount every
+// path walk asks for the root's attributes, and a lie there would hit
+// whatever a test does.
+bool tell_lie(Msg &m, const std::string &kind)
+{
+    pvfsd_msg_hdr h = m.hdr();
+    bool has_attr = false;
+    switch (h.op) {
+    case PVFSD_OP_ATTACH:
+    case PVFSD_OP_LOOKUP:
+    case PVFSD_OP_GETATTR:
+    case PVFSD_OP_SETATTR:
+    case PVFSD_OP_CREATE:
+    case PVFSD_OP_MKDIR:
+    case PVFSD_OP_MKNOD:
+    case PVFSD_OP_SYMLINK:
+    case PVFSD_OP_LINK:
+        has_attr = h.status == 0;
+        break;
+    default:
+        break;
+    }
+    pvfsd_attr a{};
+    if (has_attr)
+        a = m.body<pvfsd_attr>();
+    if (has_attr && a.handle == root_handle && h.op != PVFSD_OP_ATTACH)
+        return false;
+    if (kind == "length") {
+        m.bytes.resize(m.bytes.size() + 8);
+        h.length = static_cast<std::uint32_t>(m.bytes.size());
+        std::memcpy(m.bytes.data(), &h, sizeof(h));
+        return true;
+    }
+    if (!has_attr)
+        return false;
+    if (kind == "type")
+        a.type = a.type == PVFSD_TYPE_DIRECTORY ? PVFSD_TYPE_REGULAR : PVFSD_TYPE_DIRECTORY;
+    else if (kind == "handle")
+        a.handle = a.handle == root_handle ? root_handle + 0x1000 : root_handle;
+    else if (kind == "size")
+        a.size = 1ULL << 63U;
+    else if (kind == "uid")
+        a.uid = 0xffffffffU;
+    std::memcpy(m.bytes.data() + sizeof(h), &a, sizeof(a));
+    return true;
+}
+
+// The data slots, mapped while serve runs.
+class SlotMap {
+public:
+    SlotMap(int fd, std::size_t len)
+        : len_(len), addr_(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0))
+    {
+    }
+    ~SlotMap()
+    {
+        if (valid())
+            ::munmap(addr_, len_);
+    }
+    SlotMap(const SlotMap &) = delete;
+    SlotMap &operator=(const SlotMap &) = delete;
+    SlotMap(SlotMap &&) = delete;
+    SlotMap &operator=(SlotMap &&) = delete;
+
+    [[nodiscard]] bool valid() const { return addr_ != MAP_FAILED; }
+    [[nodiscard]] std::span<std::byte> bytes() const
+    {
+        return {static_cast<std::byte *>(addr_), len_};
+    }
+
+private:
+    std::size_t len_;
+    void *addr_;
+};
+
+// A file system kept in memory: the namespace ops on a tree of objects and
+// the data of its regular files (READ, WRITE, FSYNC through the slots), so
+// that the page cache's writeback can be driven and its bytes checked; its
+// answers go through the Script's failures and lies.
+class FakeFs {
+public:
+    FakeFs(std::span<std::byte> slots, std::uint32_t slot_size, Script script)
+        : slots_(slots), slot_size_(slot_size), script_(std::move(script))
+    {
+        nodes_[root_handle].attr = root_attr();
+    }
+
+    // The answer to `up`: failed as a --fail rule says, else done and
+    // answered, then lied about as a --lie says.
+    Msg reply(const Msg &up)
+    {
+        const pvfsd_msg_hdr h = up.hdr();
+        if (const int err = script_.next_failure(h.op); err != 0) {
+            std::printf("failed %s tag=%llu with -%s\n", op_name(h.op),
+                        static_cast<unsigned long long>(h.tag), strerrorname_np(err));
+            return make_empty(h.op, h.tag, -err);
+        }
+        Msg m = answer(up);
+        if (const std::string kind = script_.lie_for(h.op); !kind.empty() && tell_lie(m, kind))
+            std::printf("lie %s to %s tag=%llu\n", kind.c_str(), op_name(h.op),
+                        static_cast<unsigned long long>(h.tag));
+        return m;
+    }
+
+private:
+    struct Node {
+        pvfsd_attr attr{};
+        std::map<std::string, std::uint64_t> entries; // directories
+        std::vector<std::byte> data;                  // regular files: attr.size bytes
     };
 
-    static std::string name_of(const Msg &up, std::size_t body, std::size_t len)
+    // The honest answer to `up`; -ENOSYS for ops it does not serve.
+    Msg answer(const Msg &up)
+    {
+        const pvfsd_msg_hdr h = up.hdr();
+        const std::uint64_t tag = h.tag;
+        switch (h.op) {
+        case PVFSD_OP_ATTACH: {
+            pvfsd_attach_resp r = attach_ok();
+            r.root = nodes_[root_handle].attr;
+            return make(h.op, tag, 0, r);
+        }
+        case PVFSD_OP_STATFS:
+            return make(h.op, tag, 0, statfs_ok());
+        case PVFSD_OP_DETACH:
+        case PVFSD_OP_FSYNC:
+            return make_empty(h.op, tag, 0);
+        case PVFSD_OP_LOOKUP: {
+            const auto q = up.body<pvfsd_name_req>();
+            Node *n = child(q.parent, tail(up, sizeof(q), q.name_len));
+            return n != nullptr ? attr_answer(h, n->attr) : make_empty(h.op, tag, -ENOENT);
+        }
+        case PVFSD_OP_GETATTR: {
+            Node *n = find(up.body<pvfsd_handle_req>().handle);
+            return n != nullptr ? attr_answer(h, n->attr) : make_empty(h.op, tag, -ENOENT);
+        }
+        case PVFSD_OP_SETATTR:
+            return setattr(up);
+        case PVFSD_OP_CREATE: {
+            const auto q = up.body<pvfsd_create_req>();
+            const std::string name = tail(up, sizeof(q), q.name_len);
+            pvfsd_create_resp r{};
+            if (Node *n = child(q.parent, name); n != nullptr) {
+                if (q.exclusive != 0U)
+                    return make_empty(h.op, tag, -EEXIST);
+                if (n->attr.type != PVFSD_TYPE_REGULAR)
+                    return make_empty(h.op, tag, -EISDIR);
+                r.attr = n->attr;
+            } else {
+                const int rc = add(q.parent, name, PVFSD_TYPE_REGULAR, q.mode, 0, r.attr);
+                if (rc != 0)
+                    return make_empty(h.op, tag, rc);
+                r.created = 1;
+            }
+            return make(h.op, tag, 0, r);
+        }
+        case PVFSD_OP_MKDIR:
+        case PVFSD_OP_MKNOD: {
+            const auto q = up.body<pvfsd_mknod_req>();
+            pvfsd_attr a{};
+            const int rc =
+                add(q.parent, tail(up, sizeof(q), q.name_len), q.type, q.mode, q.rdev, a);
+            return rc == 0 ? attr_answer(h, a) : make_empty(h.op, tag, rc);
+        }
+        case PVFSD_OP_SYMLINK: {
+            const auto q = up.body<pvfsd_symlink_req>();
+            pvfsd_attr a{};
+            const int rc =
+                add(q.parent, tail(up, sizeof(q), q.name_len), PVFSD_TYPE_SYMLINK, 0777, 0, a);
+            if (rc != 0)
+                return make_empty(h.op, tag, rc);
+            nodes_[a.handle].attr.size = q.target_len;
+            return attr_answer(h, nodes_[a.handle].attr);
+        }
+        case PVFSD_OP_LINK: {
+            const auto q = up.body<pvfsd_link_req>();
+            const std::string name = tail(up, sizeof(q), q.name_len);
+            Node *dir = find(q.new_parent);
+            Node *n = find(q.target);
+            if (dir == nullptr || n == nullptr)
+                return make_empty(h.op, tag, -ENOENT);
+            if (dir->entries.contains(name))
+                return make_empty(h.op, tag, -EEXIST);
+            dir->entries[name] = q.target;
+            ++n->attr.nlink;
+            n->attr.ctime = now();
+            return attr_answer(h, n->attr);
+        }
+        case PVFSD_OP_UNLINK:
+        case PVFSD_OP_RMDIR: {
+            const auto q = up.body<pvfsd_name_req>();
+            const std::string name = tail(up, sizeof(q), q.name_len);
+            Node *dir = find(q.parent);
+            Node *n = child(q.parent, name);
+            if (dir == nullptr || n == nullptr)
+                return make_empty(h.op, tag, -ENOENT);
+            const bool is_dir = n->attr.type == PVFSD_TYPE_DIRECTORY;
+            if (is_dir != (h.op == PVFSD_OP_RMDIR))
+                return make_empty(h.op, tag, is_dir ? -EISDIR : -ENOTDIR);
+            if (is_dir && !n->entries.empty())
+                return make_empty(h.op, tag, -ENOTEMPTY);
+            const std::uint64_t handle = dir->entries[name];
+            dir->entries.erase(name);
+            if (--n->attr.nlink == 0 || is_dir)
+                nodes_.erase(handle);
+            return make_empty(h.op, tag, 0);
+        }
+        case PVFSD_OP_READ:
+        case PVFSD_OP_WRITE:
+            return io(up);
+        default:
+            return make_empty(h.op, tag, -ENOSYS);
+        }
+    }
+
+    static pvfsd_time now()
+    {
+        timespec ts{};
+        ::clock_gettime(CLOCK_REALTIME, &ts);
+        return {ts.tv_sec, static_cast<std::uint32_t>(ts.tv_nsec), 0};
+    }
+    static std::string tail(const Msg &up, std::size_t body, std::uint32_t len)
     {
         const std::size_t at = sizeof(pvfsd_msg_hdr) + body;
-        if (at + len > up.bytes.size())
+        if (at > up.bytes.size() || len > up.bytes.size() - at)
             return {};
         return {reinterpret_cast<const char *>(up.bytes.data()) + at, len};
     }
-
-    File *by_name(const std::string &name)
+    static Msg attr_answer(const pvfsd_msg_hdr &h, const pvfsd_attr &a)
     {
-        const auto it = files_.find(name);
-        return it == files_.end() ? nullptr : &it->second;
+        return make(h.op, h.tag, 0, pvfsd_attr_resp{a});
     }
 
-    File *by_handle(std::uint64_t handle)
+    Node *find(std::uint64_t handle)
     {
-        for (auto &[name, f] : files_)
-            if (f.handle == handle)
-                return &f;
-        return nullptr;
+        const auto it = nodes_.find(handle);
+        return it != nodes_.end() ? &it->second : nullptr;
     }
-
-    static pvfsd_attr attr(const File &f)
+    Node *child(std::uint64_t parent, const std::string &name)
     {
-        pvfsd_attr a{};
-        a.handle = f.handle;
-        a.type = PVFSD_TYPE_REGULAR;
-        a.mode = f.mode;
-        a.nlink = 1;
-        a.blksize = 1U << 20U;
-        a.size = f.data.size();
-        a.atime.sec = 1700000000;
-        a.mtime.sec = 1700000000 + f.version;
-        a.ctime = a.mtime;
-        return a;
+        Node *dir = find(parent);
+        if (dir == nullptr)
+            return nullptr;
+        const auto it = dir->entries.find(name);
+        return it != dir->entries.end() ? find(it->second) : nullptr;
+    }
+    int add(std::uint64_t parent, const std::string &name, std::uint32_t type, std::uint32_t mode,
+            std::uint64_t rdev, pvfsd_attr &out)
+    {
+        Node *dir = find(parent);
+        if (dir == nullptr || dir->attr.type != PVFSD_TYPE_DIRECTORY)
+            return -ENOENT;
+        if (name.empty() || dir->entries.contains(name))
+            return -EEXIST;
+        Node n;
+        n.attr.handle = next_handle_++;
+        n.attr.type = type;
+        n.attr.mode = mode & 07777U;
+        n.attr.nlink = type == PVFSD_TYPE_DIRECTORY ? 2 : 1;
+        n.attr.blksize = 1U << 20U;
+        n.attr.rdev = rdev;
+        n.attr.atime = n.attr.mtime = n.attr.ctime = now();
+        dir->entries[name] = n.attr.handle;
+        dir->attr.mtime = dir->attr.ctime = now();
+        out = n.attr;
+        nodes_[n.attr.handle] = std::move(n);
+        return 0;
+    }
+    // A regular file's data takes `size` bytes: zeros when it grows.
+    static void resize(Node &n, std::uint64_t size)
+    {
+        n.attr.size = size;
+        if (n.attr.type == PVFSD_TYPE_REGULAR)
+            n.data.resize(size);
+    }
+    Msg setattr(const Msg &up)
+    {
+        const pvfsd_msg_hdr h = up.hdr();
+        const auto q = up.body<pvfsd_setattr_req>();
+        Node *n = find(q.handle);
+        if (n == nullptr)
+            return make_empty(h.op, h.tag, -ENOENT);
+        pvfsd_attr &a = n->attr;
+        if ((q.mask & PVFSD_SET_MODE) != 0U)
+            a.mode = q.mode & 07777U;
+        if ((q.mask & PVFSD_SET_UID) != 0U)
+            a.uid = q.uid;
+        if ((q.mask & PVFSD_SET_GID) != 0U)
+            a.gid = q.gid;
+        if ((q.mask & PVFSD_SET_SIZE) != 0U)
+            resize(*n, q.size);
+        if ((q.mask & PVFSD_SET_ATIME) != 0U)
+            a.atime = q.atime;
+        if ((q.mask & PVFSD_SET_MTIME) != 0U)
+            a.mtime = q.mtime;
+        if ((q.mask & PVFSD_SET_ATIME_NOW) != 0U)
+            a.atime = now();
+        if ((q.mask & PVFSD_SET_MTIME_NOW) != 0U)
+            a.mtime = now();
+        a.ctime = now();
+        return attr_answer(h, a);
+    }
+    // READ and WRITE: the bytes move through the request's slot.
+    Msg io(const Msg &up)
+    {
+        const pvfsd_msg_hdr h = up.hdr();
+        const auto q = up.body<pvfsd_io_req>();
+        Node *n = find(q.handle);
+        if (n == nullptr)
+            return make_empty(h.op, h.tag, -ENOENT);
+        if (n->attr.type != PVFSD_TYPE_REGULAR)
+            return make_empty(h.op, h.tag,
+                              n->attr.type == PVFSD_TYPE_DIRECTORY ? -EISDIR : -EINVAL);
+        const std::size_t at = std::size_t{q.slot} * slot_size_;
+        if (q.length > slot_size_ || at + q.length > slots_.size())
+            return make_empty(h.op, h.tag, -EINVAL);
+        std::byte *slot = slots_.data() + at;
+        pvfsd_io_resp r{};
+        if (h.op == PVFSD_OP_WRITE) {
+            if (n->data.size() < q.offset + q.length)
+                resize(*n, q.offset + q.length);
+            std::copy_n(slot, q.length, n->data.begin() + static_cast<std::ptrdiff_t>(q.offset));
+            n->attr.mtime = n->attr.ctime = now();
+            r.done = q.length;
+        } else if (q.offset < n->data.size()) {
+            r.done = static_cast<std::uint32_t>(
+                std::min<std::size_t>(n->data.size() - q.offset, q.length));
+            std::copy_n(n->data.begin() + static_cast<std::ptrdiff_t>(q.offset), r.done, slot);
+        }
+        return make(h.op, h.tag, 0, r);
     }
 
     std::span<std::byte> slots_;
     std::uint32_t slot_size_;
-    std::map<std::string, File> files_;
+    Script script_;
+    std::map<std::uint64_t, Node> nodes_;
+    std::uint64_t next_handle_ = root_handle + 1;
 };
 
-int run_serve(int hold_op, int die_after_op, std::deque<FailRule> fails)
+int run_serve(int hold_op, int die_after_op, Script script)
 {
     UniqueFd fd = open_device();
     if (!fd.valid())
@@ -667,13 +1036,12 @@ int run_serve(int hold_op, int die_after_op, std::deque<FailRule> fails)
         std::printf("HELLO failed\n");
         return 1;
     }
-    const std::size_t area = std::size_t{granted.slot_size} * granted.slot_count;
-    void *slots = ::mmap(nullptr, area, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (slots == MAP_FAILED) {
+    const SlotMap slots(fd.get(), std::size_t{granted.slot_size} * granted.slot_count);
+    if (!slots.valid()) {
         std::printf("mmap of the slots: %s\n", strerrordesc_np(errno));
         return 1;
     }
-    Files files(std::span(static_cast<std::byte *>(slots), area), granted.slot_size);
+    FakeFs fs(slots.bytes(), granted.slot_size, std::move(script));
     std::printf("ready\n");
     std::fflush(stdout);
     for (;;) {
@@ -701,39 +1069,21 @@ int run_serve(int hold_op, int die_after_op, std::deque<FailRule> fails)
             return 0;
         if (h.op == hold_op)
             continue;
-        std::string rc;
-        if (const int err = next_failure(fails, h.op); err != 0) {
-            std::printf("failed %s tag=%llu with -%s\n", op_name(h.op),
-                        static_cast<unsigned long long>(h.tag), strerrorname_np(err));
-            std::fflush(stdout);
-            rc = write_msg(fd.get(), make_empty(h.op, h.tag, -err).bytes);
-        } else if (!files.answer(fd.get(), up, rc)) {
-            switch (h.op) {
-            case PVFSD_OP_ATTACH:
-                rc = write_msg(fd.get(), make(h.op, h.tag, 0, attach_ok()).bytes);
-                break;
-            case PVFSD_OP_STATFS:
-                rc = write_msg(fd.get(), make(h.op, h.tag, 0, statfs_ok()).bytes);
-                break;
-            case PVFSD_OP_DETACH:
-                rc = write_msg(fd.get(), make_empty(h.op, h.tag, 0).bytes);
-                break;
-            default:
-                rc = write_msg(fd.get(), make_empty(h.op, h.tag, -ENOSYS).bytes);
-                break;
-            }
-        }
+        const std::string rc = write_msg(fd.get(), fs.reply(up).bytes);
         if (rc != "ok")
             std::printf("answer to tag %llu refused: %s\n", static_cast<unsigned long long>(h.tag),
                         rc.c_str());
+        std::fflush(stdout);
     }
 }
 
 int usage()
 {
-    std::fprintf(stderr, "usage: chan-daemon check MOUNTPOINT SOURCE\n"
-                         "       chan-daemon serve [--hold OP] [--die-after OP] "
-                         "[--fail OP:ERRNO:N]...\n");
+    std::fprintf(stderr,
+                 "usage: chan-daemon check MOUNTPOINT SOURCE\n"
+                 "       chan-daemon serve [--hold OP] [--die-after OP] [--fail OP:ERRNO:N]...\n"
+                 "                         [--lie OP:KIND]... [--lies FILE]\n"
+                 "KIND: type, handle, size, uid or length\n");
     return 2;
 }
 
@@ -747,28 +1097,33 @@ int main(int argc, char **argv)
     if (!args.empty() && args[0] == "serve") {
         int hold = -1;
         int die_after = -1;
-        std::deque<FailRule> fails;
+        Script script;
         for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
-            if (args[i] == "--fail") {
-                FailRule rule{};
-                if (!parse_fail(args[i + 1], rule))
+            const std::string &opt = args[i];
+            const std::string &val = args[i + 1];
+            if (opt == "--fail" || opt == "--lie") {
+                const bool ok = opt == "--fail" ? script.add_fail(val) : script.add_lie(val);
+                if (!ok)
                     return usage();
-                fails.push_back(rule);
                 continue;
             }
-            const int op = op_number(args[i + 1]);
+            if (opt == "--lies") {
+                script.set_lies_file(val);
+                continue;
+            }
+            const int op = op_number(val);
             if (op < 0)
                 return usage();
-            if (args[i] == "--hold")
+            if (opt == "--hold")
                 hold = op;
-            else if (args[i] == "--die-after")
+            else if (opt == "--die-after")
                 die_after = op;
             else
                 return usage();
         }
         if (args.size() % 2 == 0)
             return usage();
-        return run_serve(hold, die_after, std::move(fails));
+        return run_serve(hold, die_after, std::move(script));
     }
     return usage();
 }
