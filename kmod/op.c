@@ -576,9 +576,10 @@ static bool pvfs_reattach_sent_locked(u64 mount_id)
 	struct pvfs_op *op;
 	unsigned int bkt;
 
-	hash_for_each(pvfs_chan.sent, bkt, op, sent_link)
+	hash_for_each(pvfs_chan.sent, bkt, op, sent_link) {
 		if (op->kind == PVFS_KIND_ATTACH && op->mount_id == mount_id)
 			return true;
+	}
 	return false;
 }
 

@@ -6,7 +6,12 @@
 //     --repair;
 //   - metadata objects no entry reaches (a remote mkdir that died between
 //     making the directory and naming it, docs/metadata.md "Remote
-//     directories"): reported, and empty directories removed with --repair.
+//     directories"): reported, and empty directories removed with --repair;
+//   - reclaim records (docs/metadata.md "Orphans and open references"): a
+//     file unlinked while open whose last holder closed or died before
+//     removing its data objects: reported, and finished with --repair.
+// Files unlinked while still open somewhere (held orphans) are not
+// problems: they are counted and left alone.
 // Run it on a quiet file system: an object renamed during the walk may be
 // taken for an orphan.
 // Runs as root (listing every handle is root's).  Exit status 0 when the
@@ -38,12 +43,20 @@ struct OrphanMetadata {
     Attr attr;
     bool removed = false;
 };
+struct Reclaim {
+    std::string server;
+    Handle handle = no_handle;
+    Layout layout;
+    bool finished = false;
+};
 
 struct Findings {
     std::vector<OrphanObject> orphan_objects;
     std::vector<DanglingEntry> dangling_entries;
     std::vector<OrphanMetadata> orphan_metadata;
+    std::vector<Reclaim> reclaims;
     std::unordered_set<Handle> reachable;
+    std::unordered_set<Handle> held; // unlinked while open: reachable through their holders
     std::size_t objects = 0;
     std::size_t handles = 0;
     std::size_t entries = 0;
@@ -156,10 +169,47 @@ static int run(int argc, char **argv)
             eof = page.eof;
         }
     }
+    // Orphans after handles: a file unlinked meanwhile is then either
+    // named, or held here.
+    std::unordered_set<Handle> reclaiming;
+    for (std::uint32_t m = 0; m < metas.size(); ++m) {
+        std::uint64_t cookie = 0;
+        for (bool eof = false; !eof;) {
+            std::vector<client::Client::Orphan> page;
+            if (const int rc = c->list_orphans(m, cookie, 4096, page, eof); rc != 0) {
+                tools::report("pvfs-fsck",
+                              "listing the orphans of " + cluster.servers[metas[m]].name, rc);
+                return tools::exit_failure;
+            }
+            for (const client::Client::Orphan &o : page) {
+                if (o.state == client::Client::Orphan::held) {
+                    f.held.insert(o.handle);
+                } else {
+                    f.reclaims.push_back({cluster.servers[metas[m]].name, o.handle, o.layout});
+                    reclaiming.insert(o.handle);
+                }
+                cookie = o.handle;
+            }
+            if (page.empty())
+                eof = true;
+        }
+    }
     f.objects = objects.size();
     f.handles = handles.size();
+    for (Reclaim &r : f.reclaims) {
+        if (!repair)
+            continue;
+        if (const int rc = c->finish_orphan(r.handle, r.layout); rc != 0) {
+            tools::report("pvfs-fsck",
+                          fmt::format("finishing orphan {:016x} on {}", r.handle, r.server), rc);
+            ++f.errors;
+        } else {
+            r.finished = true;
+        }
+    }
     for (const auto &[d, h] : objects) {
-        if (handles.contains(h))
+        // A reclaim record's objects go with it (above).
+        if (handles.contains(h) || reclaiming.contains(h))
             continue;
         const std::string &server = cluster.servers[data[d]].name;
         OrphanObject &orphan = f.orphan_objects.emplace_back(OrphanObject{server, h, false});
@@ -178,7 +228,7 @@ static int run(int argc, char **argv)
     for (const Handle h : handles) {
         // Every metadata server's top directory exists unnamed; only
         // server 0's is used (the root).
-        if (f.reachable.contains(h) || handle_id(h) == 1)
+        if (f.reachable.contains(h) || f.held.contains(h) || handle_id(h) == 1)
             continue;
         Attr a;
         if (const int rc = c->getattr(h, a); rc != 0) {
@@ -207,8 +257,8 @@ static int run(int argc, char **argv)
         }
     }
 
-    const bool problems =
-        !f.orphan_objects.empty() || !f.dangling_entries.empty() || !f.orphan_metadata.empty();
+    const bool problems = !f.orphan_objects.empty() || !f.dangling_entries.empty() ||
+                          !f.orphan_metadata.empty() || !f.reclaims.empty();
     if (json) {
         cli::Json orphans = cli::Json::array();
         for (const OrphanObject &o : f.orphan_objects)
@@ -229,6 +279,11 @@ static int run(int argc, char **argv)
                  {"handle", fmt::format("{:016x}", o.attr.handle)},
                  {"type", o.attr.type == ObjectType::directory ? "directory" : "other"},
                  {"removed", o.removed}}));
+        cli::Json reclaims = cli::Json::array();
+        for (const Reclaim &r : f.reclaims)
+            reclaims.push(cli::Json::object({{"server", r.server},
+                                             {"handle", fmt::format("{:016x}", r.handle)},
+                                             {"finished", r.finished}}));
         std::cout << cli::Json::object({{"objects", f.objects},
                                         {"handles", f.handles},
                                         {"entries", f.entries},
@@ -236,6 +291,8 @@ static int run(int argc, char **argv)
                                         {"dangling_entries", dangling},
                                         {"removed_entries", removed_entries},
                                         {"orphan_metadata", unreachable},
+                                        {"unlinked_open_files", f.held.size()},
+                                        {"reclaims", reclaims},
                                         {"repaired", repair && f.errors == 0 && problems},
                                         {"errors", f.errors}})
                          .dump(2)
@@ -253,6 +310,15 @@ static int run(int argc, char **argv)
             fmt::print("{} {:016x} on {} reached by no entry{}\n",
                        o.attr.type == ObjectType::directory ? "directory" : "object", o.attr.handle,
                        o.server, outcome(o.removed));
+        for (const Reclaim &r : f.reclaims)
+            fmt::print("closed unlinked file {:016x} on {}: data objects still to remove{}\n",
+                       r.handle, r.server,
+                       !repair      ? ""
+                       : r.finished ? ": removed"
+                                    : ": NOT removed");
+        if (!f.held.empty())
+            fmt::print("{} files unlinked while open, kept for their holders: left alone\n",
+                       f.held.size());
         fmt::print("{} data objects, {} handles, {} directory entries checked: {}\n", f.objects,
                    f.handles, f.entries,
                    !problems ? "clean"

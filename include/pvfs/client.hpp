@@ -420,8 +420,10 @@ public:
     // while open (state orphan_held) and data objects still to remove
     // (orphan_reclaim), from handle > cookie.
     struct Orphan {
+        static constexpr std::uint8_t held = 1;
+        static constexpr std::uint8_t reclaim = 2;
         Handle handle = no_handle;
-        std::uint8_t state = 0; // 1 held, 2 reclaim
+        std::uint8_t state = 0; // held, reclaim
         std::uint64_t since_ns = 0;
         Layout layout;
     };
@@ -429,6 +431,11 @@ public:
                      std::vector<Orphan> &out, bool &eof);
     Task<int> co_list_orphans(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
                               std::vector<Orphan> &out, bool &eof);
+    // Removes the data objects of an orphan in state reclaim (a file whose
+    // last holder closed or died before removing them) and deletes its
+    // record; for pvfs-fsck.
+    int finish_orphan(Handle handle, const Layout &layout);
+    Task<int> co_finish_orphan(Handle handle, const Layout &layout);
     // A page of the handles metadata server `meta_index` holds (root only).
     int list_handles(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
                      HandlePage &out);

@@ -137,6 +137,27 @@ Task<int> Client::co_list_orphans(std::uint32_t meta_index, std::uint64_t cookie
     co_return 0;
 }
 
+Task<int> Client::co_finish_orphan(Handle handle, const Layout &layout)
+{
+    Impl &m = *impl_;
+    std::size_t server = 0;
+    if (const int rc = m.meta_server_of(handle, server); rc != 0)
+        co_return rc;
+    if (layout::validate(layout, m.data_count()) != nullptr)
+        co_return -EINVAL;
+    m.forget(handle);
+    m.layouts.erase(handle);
+    co_await m.remove_objects(handle, layout);
+    proto::OrphanDoneResponse r;
+    proto::RequestBody request = proto::OrphanDoneRequest{handle};
+    co_return co_await m.call_body(server, std::move(request), r);
+}
+
+int Client::finish_orphan(Handle handle, const Layout &layout)
+{
+    return impl_->engine->wait(co_finish_orphan(handle, layout));
+}
+
 int Client::open(Handle handle, std::uint32_t mode, Attr &out)
 {
     return impl_->engine->wait(co_open(handle, mode, out));

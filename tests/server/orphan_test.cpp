@@ -16,8 +16,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -218,6 +221,51 @@ ATF_TEST_CASE_BODY(holder_dies)
             "the dead holder's objects were not removed");
 }
 
+// pvfs-fsck leaves a file unlinked while open alone (it is not a problem,
+// and --repair must not destroy it), and finishes a reclaim record its
+// dead holder left: objects and record go.
+ATF_TEST_CASE_WITHOUT_HEAD(fsck_and_orphans);
+ATF_TEST_CASE_BODY(fsck_and_orphans)
+{
+    test::Cluster cl = make_cluster("lease = \"3s\"\n");
+    const auto fsck = [&cl](const std::string &args) {
+        const std::string cmd = std::string(PVFS_FSCK_BINARY) + " -c " + cl.files.config_path +
+                                " " + args + " >fsck.out 2>&1";
+        // NOLINTNEXTLINE(cert-env33-c,concurrency-mt-unsafe): runs the tool under test
+        const int rc = std::system(cmd.c_str());
+        std::stringstream text;
+        text << std::ifstream("fsck.out").rdbuf();
+        return std::make_pair(WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, text.str());
+    };
+    auto a = cl.connect();
+    auto b = cl.connect();
+    const Handle held = make_file(*a, "held", 11);
+    Attr attr;
+    require_rc(a->open(held, client::Client::open_read, attr), 0, "open");
+    require_rc(b->unlink(root_handle, "held"), 0, "unlink");
+    const auto [clean_rc, clean] = fsck("--repair");
+    require(clean_rc == 0 && clean.find("1 files unlinked while open") != std::string::npos &&
+                clean.find("clean") != std::string::npos,
+            "fsck with a held orphan: " + clean);
+    require_content(*a, held, 11, "the held file after fsck --repair");
+    // The holder goes silent (a dead client): after the lease the orphan
+    // is to be reclaimed, and only fsck is there to finish it.
+    a.reset();
+    require(wait_for([&] { return orphan_state(*b, held) == client::Client::Orphan::reclaim; },
+                     std::chrono::seconds(20)),
+            "the silent holder's orphan did not turn to reclaim");
+    const auto [found_rc, found] = fsck("");
+    require(found_rc == 1 && found.find("data objects still to remove") != std::string::npos,
+            "fsck did not report the reclaim record: " + found);
+    const auto [fixed_rc, fixed] = fsck("--repair");
+    require(fixed_rc == 0 && fixed.find(": removed") != std::string::npos,
+            "fsck --repair: " + fixed);
+    require(orphan_state(*b, held) == 0, "the reclaim record is still there");
+    require(!has_object(*b, held), "the reclaimed file's object is still there");
+    const auto [after_rc, after] = fsck("");
+    require(after_rc == 0, "fsck after the repair: " + after);
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(restart_reclaim);
 ATF_TEST_CASE_BODY(restart_reclaim)
 {
@@ -325,6 +373,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, unheld_unlink_removes);
     ATF_ADD_TEST_CASE(tcs, rename_over_open);
     ATF_ADD_TEST_CASE(tcs, holder_dies);
+    ATF_ADD_TEST_CASE(tcs, fsck_and_orphans);
     ATF_ADD_TEST_CASE(tcs, restart_reclaim);
     ATF_ADD_TEST_CASE(tcs, open_unlink_race);
 }
