@@ -60,11 +60,22 @@ void Handler::start(Upcall up)
     Op &o = *op;
     ops_.emplace(tag, std::move(op));
     const auto common = o.up.body<pvfsd_req_common>();
-    loop_->set_context(common ? credentials_of(*common) : Credentials{}, tag);
+    const Credentials cred = common ? credentials_of(*common) : Credentials{};
+    // The kernel's reply slot and tag name a change to the reply cache;
+    // run() adds the mount's client_id.
+    const bool once = common && common->reply_slot < PVFSD_REPLY_SLOTS;
+    if (once) {
+        o.once.slot = common->reply_slot;
+        o.once.xid = tag;
+    }
+    loop_->set_context(cred, tag, once ? &o.once : nullptr);
     o.task = run(o);
     ++running_;
     // It may finish (and be on the completion list) before start returns.
     o.task.start(&Handler::on_done, &o);
+    // Whatever starts next without a context of its own must not name
+    // this op's ids, which end with it.
+    loop_->set_context(cred, tag);
     peak_ = std::max(peak_, in_flight());
 }
 
@@ -115,6 +126,7 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
     } else if (up.op() == PVFSD_OP_DETACH) {
         // Operations of the mount still in flight keep its client.
         clients_.erase(common->mount_id);
+        policies_.erase(common->mount_id);
         gossip::info(gossip::Mask::pvfsd, "mount {} detached", common->mount_id);
     } else {
         const auto it = clients_.find(common->mount_id);
@@ -124,7 +136,9 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
             status = -ENOTCONN;
         } else {
             const std::shared_ptr<client::Client> c = it->second;
-            status = co_await dispatch(up, *c, out);
+            const MountPolicy policy = policies_[common->mount_id];
+            op.once.client_id = policy.client_id;
+            status = kernel_status(co_await dispatch(up, *c, out), policy);
         }
     }
     if (status < 0 && gossip::enabled(gossip::Mask::pvfsd))
@@ -139,7 +153,9 @@ int Handler::attach(const Upcall &up, Downcall &out)
     if (!req)
         return -EINVAL;
     const auto source = up.tail(sizeof(*req), 0, req->source_len);
-    if (!source || up.tail_size(sizeof(*req)) != std::size_t{req->source_len} + req->options_len)
+    const auto options = up.tail(sizeof(*req), req->source_len, req->options_len);
+    if (!source || !options ||
+        up.tail_size(sizeof(*req)) != std::size_t{req->source_len} + req->options_len)
         return -EINVAL;
 
     client::Options o;
@@ -157,6 +173,11 @@ int Handler::attach(const Upcall &up, Downcall &out)
     o.check_data_access = false;
     o.request_timeout = options_.request_timeout;
     o.loop = loop_;
+    const MountPolicy policy = apply_mount_options(*req, *source, *options, o);
+    // The ATTACH itself gives up (mount(8) must not hang); the mount's
+    // operations then wait as its options say.
+    const bool hard = o.hard;
+    o.hard = false;
     std::string error;
     auto c = client::Client::connect(o, error);
     if (!c) {
@@ -176,7 +197,9 @@ int Handler::attach(const Upcall &up, Downcall &out)
     out.put(r);
     gossip::info(gossip::Mask::pvfsd, "mount {}: attached to {}{}", req->common.mount_id, *source,
                  (req->common.flags & PVFSD_REQ_REPLAYED) != 0 ? " (replayed)" : "");
+    c->set_hard(hard);
     clients_[req->common.mount_id] = std::shared_ptr<client::Client>(std::move(c));
+    policies_[req->common.mount_id] = policy;
     return 0;
 }
 

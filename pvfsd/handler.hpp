@@ -2,6 +2,7 @@
 // One Client per mount (per ATTACH), even for the same file system.
 #pragma once
 
+#include "mount_options.hpp"
 #include "upcall.hpp"
 
 #include <pvfs/client.hpp>
@@ -53,6 +54,9 @@ private:
         Op(Handler &h, Upcall u) : handler(h), up(std::move(u)) {}
         Handler &handler;
         Upcall up; // the task's views point into it: never moved
+        // The exactly-once ids of an op that changes something, which its
+        // requests point to (Loop::set_context): lives as long as the task.
+        client::OnceOp once;
         Task<std::vector<std::byte>> task;
         bool done = false;
         // The next op of the completion list (owned by ops_, as this one).
@@ -71,6 +75,7 @@ private:
     std::span<std::byte> slots_;
     std::size_t slot_size_;
     std::map<std::uint64_t, std::shared_ptr<client::Client>> clients_;
+    std::map<std::uint64_t, MountPolicy> policies_;              // by mount, as clients_
     std::unordered_map<std::uint64_t, std::unique_ptr<Op>> ops_; // by tag
     // The ops finished and not yet taken, first finished first.
     Op *finished_first_ = nullptr;
