@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Ops: requests from the VFS side to pvfsd, their queue, their tags, the
- * data slots they use, and the mounts they belong to.  What happens when
- * the daemon dies lives here too: sent ops go back to the queue to be
- * replayed to the next daemon, and each mount's grace work fails its ops
- * with EIO when no daemon took them over within timeo seconds.
+ * data slots and reply slots they use, and the mounts they belong to.
+ * What happens when the daemon dies lives here too: sent ops go back to
+ * the queue to be replayed to the next daemon (keeping tag and reply slot,
+ * so the servers' reply cache answers a change done already), and each
+ * soft mount's grace work fails its ops when no daemon took them over
+ * within timeo * (retrans + 1) seconds; a hard mount's ops wait.
  *
  * Locking: pvfs_chan.lock (a spinlock) guards every op's state, the queue,
- * the hash of sent ops, the slot bitmap and each mount's channel fields.
+ * the hash of sent ops, the slot bitmaps and each mount's channel fields.
  * pvfs_mounts_mutex serialises changes of the mount list with a daemon's
  * HELLO, which builds an ATTACH per mount and so cannot hold the spinlock.
  */
