@@ -47,8 +47,9 @@ struct pvfs_op {
 	struct list_head queue_link; /* on pvfs_chan.queue */
 	struct hlist_node sent_link; /* in pvfs_chan.sent */
 	struct completion done;
-	int status; /* 0 or -errno, valid in DONE */
-	int slot;   /* -1: none */
+	int status;	/* 0 or -errno, valid in DONE */
+	int slot;	/* -1: none */
+	int reply_slot; /* of sbi's reply slots; -1: none */
 
 	size_t up_len; /* header + body */
 	struct pvfsd_msg_hdr *up;

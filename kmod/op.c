@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Ops: requests from the VFS side to pvfsd, their queue, their tags, the
- * data slots they use, and the mounts they belong to.  What happens when
- * the daemon dies lives here too: sent ops go back to the queue to be
- * replayed to the next daemon, and each mount's grace work fails its ops
- * with EIO when no daemon took them over within timeo seconds.
+ * data slots and reply slots they use, and the mounts they belong to.
+ * What happens when the daemon dies lives here too: sent ops go back to
+ * the queue to be replayed to the next daemon (keeping tag and reply slot,
+ * so the servers' reply cache answers a change done already), and each
+ * soft mount's grace work fails its ops when no daemon took them over
+ * within timeo * (retrans + 1) seconds; a hard mount's ops wait.
  *
  * Locking: pvfs_chan.lock (a spinlock) guards every op's state, the queue,
- * the hash of sent ops, the slot bitmap and each mount's channel fields.
+ * the hash of sent ops, the slot bitmaps and each mount's channel fields.
  * pvfs_mounts_mutex serialises changes of the mount list with a daemon's
  * HELLO, which builds an ATTACH per mount and so cannot hold the spinlock.
  */
@@ -18,6 +20,7 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/random.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/string.h>
@@ -71,6 +74,7 @@ static struct pvfs_op *pvfs_op_alloc(enum pvfs_op_kind kind, u16 opcode, u64 mou
 	op->opcode = opcode;
 	op->mount_id = mount_id;
 	op->slot = -1;
+	op->reply_slot = -1;
 	op->up_len = up_len;
 	op->resp_max = resp_max;
 	INIT_LIST_HEAD(&op->queue_link);
@@ -95,6 +99,99 @@ void pvfs_op_get(struct pvfs_op *op)
 	refcount_inc(&op->ref);
 }
 
+/* ---- reply slots ---- */
+
+/*
+ * Ops that change something: the servers' reply cache knows them by the
+ * mount's client_id, a reply slot and the tag, so that a replay to a new
+ * daemon (or the daemon's own retry) gets the first result instead of
+ * running again.
+ */
+static bool pvfs_op_changes(u16 opcode)
+{
+	switch (opcode) {
+	case PVFSD_OP_SETATTR:
+	case PVFSD_OP_CREATE:
+	case PVFSD_OP_MKDIR:
+	case PVFSD_OP_MKNOD:
+	case PVFSD_OP_SYMLINK:
+	case PVFSD_OP_LINK:
+	case PVFSD_OP_UNLINK:
+	case PVFSD_OP_RMDIR:
+	case PVFSD_OP_RENAME:
+	case PVFSD_OP_XATTR_SET:
+	case PVFSD_OP_XATTR_REMOVE:
+	case PVFSD_OP_FSYNC:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * True when @op got a reply slot, or waiting is pointless (*err set).  The
+ * op takes a new tag with it, under the same lock: the tags of one slot's
+ * ops grow, as the reply cache wants of their xids.
+ */
+static bool pvfs_try_take_reply_slot(struct pvfs_op *op, int *err)
+{
+	struct pvfs_sb_info *sbi = op->sbi;
+	struct pvfsd_req_common *common = pvfs_op_req(op);
+	unsigned long bit;
+	bool stop = false;
+
+	spin_lock(&pvfs_chan.lock);
+	if (sbi->failed) {
+		*err = sbi->fail_err;
+		stop = true;
+	} else {
+		bit = find_first_zero_bit(sbi->reply_map, PVFSD_REPLY_SLOTS);
+		if (bit < PVFSD_REPLY_SLOTS) {
+			set_bit(bit, sbi->reply_map);
+			op->reply_slot = bit;
+			op->tag = pvfs_chan.next_tag++;
+			op->up->tag = op->tag;
+			common->reply_slot = bit;
+			stop = true;
+		}
+	}
+	spin_unlock(&pvfs_chan.lock);
+	return stop;
+}
+
+static int pvfs_get_reply_slot(struct pvfs_op *op)
+{
+	struct pvfs_sb_info *sbi = op->sbi;
+	int err = 0, ret;
+
+	if (op->reply_slot >= 0 || !pvfs_op_changes(op->opcode))
+		return 0;
+	if (sbi->opts.intr)
+		ret = wait_event_interruptible(sbi->replyq, pvfs_try_take_reply_slot(op, &err));
+	else
+		ret = wait_event_killable(sbi->replyq, pvfs_try_take_reply_slot(op, &err));
+	return ret ? ret : err;
+}
+
+/*
+ * At the op's last put: the daemon is done with it (answered, or died and
+ * the op was not replayed), so the servers may forget its reply.
+ */
+static void pvfs_put_reply_slot(struct pvfs_op *op)
+{
+	struct pvfs_sb_info *sbi = NULL;
+
+	spin_lock(&pvfs_chan.lock);
+	if (op->reply_slot >= 0) {
+		sbi = op->sbi;
+		clear_bit(op->reply_slot, sbi->reply_map);
+		op->reply_slot = -1;
+	}
+	spin_unlock(&pvfs_chan.lock);
+	if (sbi)
+		wake_up(&sbi->replyq);
+}
+
 void pvfs_op_put(struct pvfs_op *op)
 {
 	if (IS_ERR_OR_NULL(op) || !refcount_dec_and_test(&op->ref))
@@ -106,6 +203,7 @@ void pvfs_op_put(struct pvfs_op *op)
 		spin_unlock(&pvfs_chan.lock);
 		wake_up(&pvfs_chan.slotq);
 	}
+	pvfs_put_reply_slot(op);
 	kvfree(op->down);
 	kvfree(op->up);
 	kfree(op);
@@ -125,6 +223,7 @@ static void pvfs_fill_common(struct pvfsd_req_common *common, u64 mount_id)
 	for (i = 0; i < n; i++)
 		common->groups[i] = from_kgid_munged(&init_user_ns, groups->gid[i]);
 	common->ngroups = n;
+	common->reply_slot = PVFSD_NO_SLOT;
 }
 
 struct pvfs_op *pvfs_op_new(struct pvfs_sb_info *sbi, enum pvfsd_op opcode, size_t req_len,
@@ -184,14 +283,18 @@ static struct pvfs_op *pvfs_make_cancel(u64 target_tag)
 int pvfs_op_start(struct pvfs_op *op)
 {
 	struct pvfs_sb_info *sbi = op->sbi;
+	int err;
 
 	if (op->kind != PVFS_KIND_CALL || op->state != PVFS_OP_NEW)
 		return -EINVAL;
+	err = pvfs_get_reply_slot(op);
+	if (err)
+		return err;
 
 	spin_lock(&pvfs_chan.lock);
 	if (sbi->failed) {
 		spin_unlock(&pvfs_chan.lock);
-		return -EIO;
+		return sbi->fail_err;
 	}
 	pvfs_op_get(op); /* the channel's reference */
 	pvfs_queue_locked(op);
@@ -398,8 +501,8 @@ static void pvfs_put_list(struct list_head *list)
 	}
 }
 
-/* Fails every pending op of @sbi with -EIO and every later one too. */
-static void pvfs_fail_mount(struct pvfs_sb_info *sbi)
+/* Fails every pending op of @sbi with @err and every later one too. */
+static void pvfs_fail_mount(struct pvfs_sb_info *sbi, int err)
 {
 	struct pvfs_op *op, *next;
 	struct hlist_node *tmp;
@@ -408,15 +511,27 @@ static void pvfs_fail_mount(struct pvfs_sb_info *sbi)
 
 	spin_lock(&pvfs_chan.lock);
 	sbi->failed = true;
+	sbi->fail_err = err;
 	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link)
 		if (op->kind == PVFS_KIND_CALL && op->sbi == sbi)
-			pvfs_fail_locked(op, -EIO, &to_put);
+			pvfs_fail_locked(op, err, &to_put);
 	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link)
 		if (op->kind == PVFS_KIND_CALL && op->sbi == sbi && op->state == PVFS_OP_SENT)
-			pvfs_fail_locked(op, -EIO, &to_put);
+			pvfs_fail_locked(op, err, &to_put);
 	spin_unlock(&pvfs_chan.lock);
 	pvfs_put_list(&to_put);
 	wake_up(&pvfs_chan.slotq);
+	wake_up(&sbi->replyq);
+}
+
+/* How long a mount's ops wait for a daemon before the grace work runs. */
+static unsigned long pvfs_grace_jiffies(const struct pvfs_sb_info *sbi)
+{
+	unsigned long seconds = sbi->opts.timeo;
+
+	if (sbi->opts.soft)
+		seconds *= sbi->opts.retrans + 1;
+	return seconds * HZ;
 }
 
 static void pvfs_grace_expired(struct work_struct *work)
@@ -430,9 +545,14 @@ static void pvfs_grace_expired(struct work_struct *work)
 	spin_unlock(&pvfs_chan.lock);
 	if (attached)
 		return;
-	pr_warn("%s: no pvfsd took over within %u s; requests fail with EIO until one does\n",
-		sbi->source, sbi->opts.timeo);
-	pvfs_fail_mount(sbi);
+	if (!sbi->opts.soft) {
+		pr_warn("%s: no pvfsd took over within %u s; requests wait for one (hard mount)\n",
+			sbi->source, sbi->opts.timeo);
+		return;
+	}
+	pr_warn("%s: no pvfsd took over within %lu s; requests fail with %s until one does\n",
+		sbi->source, pvfs_grace_jiffies(sbi) / HZ, sbi->opts.softerr ? "ETIMEDOUT" : "EIO");
+	pvfs_fail_mount(sbi, sbi->opts.softerr ? -ETIMEDOUT : -EIO);
 }
 
 /* ---- the daemon comes and goes ---- */
@@ -483,7 +603,7 @@ void pvfs_chan_daemon_gone(void)
 
 	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link) {
 		sbi->attached = false;
-		mod_delayed_work(system_wq, &sbi->grace_work, (unsigned long)sbi->opts.timeo * HZ);
+		mod_delayed_work(system_wq, &sbi->grace_work, pvfs_grace_jiffies(sbi));
 	}
 	spin_unlock(&pvfs_chan.lock);
 
@@ -512,6 +632,7 @@ static struct pvfs_op *pvfs_make_attach(struct pvfs_sb_info *sbi, enum pvfs_op_k
 	req->common.flags |= PVFSD_REQ_REPLAYED;
 	req->source_len = source_len;
 	req->options_len = options_len;
+	req->client_id = sbi->client_id;
 	tail = (char *)(req + 1);
 	memcpy(tail, sbi->source, source_len);
 	memcpy(tail + source_len, sbi->daemon_options, options_len);
@@ -550,6 +671,12 @@ void pvfs_chan_daemon_hello(void)
 int pvfs_mount_register(struct pvfs_sb_info *sbi)
 {
 	INIT_DELAYED_WORK(&sbi->grace_work, pvfs_grace_expired);
+	init_waitqueue_head(&sbi->replyq);
+	bitmap_zero(sbi->reply_map, PVFSD_REPLY_SLOTS);
+	/* outlives any daemon: a replay reaches the servers under the same id */
+	do {
+		sbi->client_id = get_random_u64();
+	} while (!sbi->client_id);
 	mutex_lock(&pvfs_mounts_mutex);
 	spin_lock(&pvfs_chan.lock);
 	if (!pvfs_chan.hello_done) {
@@ -588,7 +715,9 @@ void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 	struct pvfs_op *detach = NULL;
 	struct pvfsd_req_common *common;
 	struct pvfs_op *op, *next;
+	struct hlist_node *tmp;
 	LIST_HEAD(to_put);
+	unsigned int bkt;
 
 	if (!sbi->registered)
 		return;
@@ -612,6 +741,11 @@ void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 			list_add_tail(&op->queue_link, &to_put);
 		}
 	}
+	/* abandoned ops outlive the mount: their reply slots go with it */
+	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link) {
+		if (op->kind == PVFS_KIND_CALL && op->sbi == sbi)
+			op->reply_slot = -1;
+	}
 	if (!IS_ERR(detach) && pvfs_chan.hello_done &&
 	    (sbi->attached || pvfs_reattach_sent_locked(sbi->mount_id))) {
 		pvfs_queue_locked(detach);
@@ -629,7 +763,7 @@ void pvfs_mount_unregister(struct pvfs_sb_info *sbi)
 void pvfs_mount_abort(struct pvfs_sb_info *sbi)
 {
 	pr_info("%s: forced unmount; pending requests fail with EIO\n", sbi->source);
-	pvfs_fail_mount(sbi);
+	pvfs_fail_mount(sbi, -EIO);
 }
 
 /* ---- slots ---- */
@@ -688,7 +822,7 @@ static bool pvfs_try_take_slot(struct pvfs_op *op, int *err)
 
 	spin_lock(&pvfs_chan.lock);
 	if (op->sbi->failed) {
-		*err = -EIO;
+		*err = op->sbi->fail_err;
 		stop = true;
 	} else if (!pvfs_chan.slot_count) {
 		*err = -ENOTCONN;

@@ -30,10 +30,22 @@ struct pvfs_mount_opts {
 	unsigned int acregmax;
 	unsigned int acdirmin; /* the same for directories (and dentries) */
 	unsigned int acdirmax;
-	bool noac;	    /* no attribute caching at all */
-	bool intr;	    /* signals interrupt waits (else only SIGKILL) */
-	bool sync;	    /* writes go through at once (like O_SYNC) */
-	unsigned int timeo; /* seconds ops wait for a (new) daemon: grace */
+	bool noac; /* no attribute caching at all */
+	bool intr; /* signals interrupt waits (else only SIGKILL) */
+	bool sync; /* writes go through at once (like O_SYNC) */
+	/*
+	 * seconds ops wait for a (new) daemon before the grace work looks,
+	 * and the daemon's wait for an answer before it sends again
+	 */
+	unsigned int timeo;
+	/*
+	 * soft: an op fails after timeo * (retrans + 1) without an answer or
+	 * without a daemon, with EIO (ETIMEDOUT if softerr).  hard (!soft,
+	 * the default): it waits for as long as it takes, killable.
+	 */
+	bool soft;
+	bool softerr;
+	unsigned int retrans;
 };
 
 /* One mounted pvfs: the superblock's s_fs_info. */
@@ -50,9 +62,18 @@ struct pvfs_sb_info {
 	u64 mount_id; /* set by pvfs_mount_register, never 0 */
 	struct list_head mount_link;
 	bool registered;
-	bool failed;			/* umount -f or grace expired: ops fail -EIO */
-	bool attached;			/* the current daemon answered its ATTACH */
-	struct delayed_work grace_work; /* fails the mount's ops at timeo */
+	bool failed;   /* umount -f or a soft grace expired: ops fail with fail_err */
+	int fail_err;  /* -EIO, or -ETIMEDOUT for softerr's grace */
+	bool attached; /* the current daemon answered its ATTACH */
+	struct delayed_work grace_work; /* at timeo: logs, or fails a soft mount */
+	/*
+	 * The mount's identity towards the servers' reply cache (ATTACH), and
+	 * its reply slots: each op that changes something holds one for its
+	 * life (pvfsd_req_common.reply_slot).  Under pvfs_chan.lock.
+	 */
+	u64 client_id;
+	DECLARE_BITMAP(reply_map, PVFSD_REPLY_SLOTS);
+	wait_queue_head_t replyq;
 };
 
 /* statfs f_type of pvfs: "PVFS" */
@@ -94,14 +115,16 @@ void *pvfs_op_req(struct pvfs_op *op);
 
 /*
  * Sends the op and waits for its answer: killable, and interruptible too on
- * an "intr" mount.  With no daemon attached it waits at most the mount's
- * grace time (timeo) for one.  Returns the daemon's status (0 or a negative
- * errno) or -EIO (grace expired, umount -f), -EINTR/-ERESTARTSYS (signal:
- * fine for a syscall to return, never an error to store for others),
- * -ENOTCONN (no daemon when the op is for no mount).  On 0,
- * pvfs_op_resp() is the downcall body, already checked by the channel
- * against the op's downcall rules (docs/plan/kernel-client.md section 1).
- * An op runs once.
+ * an "intr" mount.  An op that changes something first takes a reply slot
+ * of its mount (waiting the same way).  With no daemon attached a hard
+ * mount's op waits for one; a soft mount's waits at most
+ * timeo * (retrans + 1).  Returns the daemon's status (0 or a negative
+ * errno) or -EIO (soft mount's grace expired, umount -f; -ETIMEDOUT with
+ * softerr), -EINTR/-ERESTARTSYS (signal: fine for a syscall to return,
+ * never an error to store for others), -ENOTCONN (no daemon when the op is
+ * for no mount).  On 0, pvfs_op_resp() is the downcall body, already
+ * checked by the channel against the op's downcall rules
+ * (docs/plan/kernel-client.md section 1).  An op runs once.
  */
 int pvfs_op_run(struct pvfs_op *op);
 /*

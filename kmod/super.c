@@ -57,6 +57,10 @@ enum pvfs_param {
 	Opt_nointr,
 	Opt_sync,
 	Opt_timeo,
+	Opt_hard,
+	Opt_soft,
+	Opt_softerr,
+	Opt_retrans,
 };
 
 static const struct fs_parameter_spec pvfs_fs_parameters[] = {
@@ -64,10 +68,14 @@ static const struct fs_parameter_spec pvfs_fs_parameters[] = {
 	fsparam_u32("acdirmin", Opt_acdirmin), fsparam_u32("acdirmax", Opt_acdirmax),
 	fsparam_flag("noac", Opt_noac),	       fsparam_flag("intr", Opt_intr),
 	fsparam_flag("nointr", Opt_nointr),    fsparam_flag("sync", Opt_sync),
-	fsparam_u32("timeo", Opt_timeo),       {}};
+	fsparam_u32("timeo", Opt_timeo),       fsparam_flag("hard", Opt_hard),
+	fsparam_flag("soft", Opt_soft),	       fsparam_flag("softerr", Opt_softerr),
+	fsparam_u32("retrans", Opt_retrans),   {}};
 
 /* Longest a cache timeout or the grace time may be: a day. */
 #define PVFS_MAX_SECONDS 86400u
+/* timeo * (retrans + 1) stays within 32 bits of seconds */
+#define PVFS_MAX_RETRANS 1000u
 
 static void pvfs_default_opts(struct pvfs_mount_opts *opts)
 {
@@ -80,6 +88,9 @@ static void pvfs_default_opts(struct pvfs_mount_opts *opts)
 	opts->intr = false;
 	opts->sync = false;
 	opts->timeo = 30;
+	opts->soft = false;
+	opts->softerr = false;
+	opts->retrans = 2;
 }
 
 static int pvfs_parse_param(struct fs_context *fc, struct fs_parameter *param)
@@ -131,6 +142,25 @@ static int pvfs_parse_param(struct fs_context *fc, struct fs_parameter *param)
 				       PVFS_MAX_SECONDS);
 		opts->timeo = result.uint_32;
 		break;
+	case Opt_hard:
+		opts->soft = false;
+		opts->softerr = false;
+		break;
+	case Opt_soft:
+		opts->soft = true;
+		opts->softerr = false;
+		break;
+	case Opt_softerr:
+		/* as NFS: soft, with ETIMEDOUT instead of EIO */
+		opts->soft = true;
+		opts->softerr = true;
+		break;
+	case Opt_retrans:
+		if (result.uint_32 > PVFS_MAX_RETRANS)
+			return invalfc(fc, "retrans=%u: at most %u", result.uint_32,
+				       PVFS_MAX_RETRANS);
+		opts->retrans = result.uint_32;
+		break;
 	}
 	return 0;
 }
@@ -158,8 +188,27 @@ static int pvfs_show_options(struct seq_file *m, struct dentry *root)
 			   opts->acregmax, opts->acdirmin, opts->acdirmax);
 	if (opts->intr)
 		seq_puts(m, ",intr");
-	seq_printf(m, ",timeo=%u", opts->timeo);
+	if (opts->softerr)
+		seq_puts(m, ",softerr");
+	else if (opts->soft)
+		seq_puts(m, ",soft");
+	else
+		seq_puts(m, ",hard");
+	seq_printf(m, ",timeo=%u,retrans=%u", opts->timeo, opts->retrans);
 	return 0;
+}
+
+/*
+ * What pvfsd needs of the options, as ATTACH's options text: the daemon
+ * retries and gives up by the same policy (docs/pvfsd.md).
+ */
+static char *pvfs_daemon_options(const struct pvfs_mount_opts *opts)
+{
+	return kasprintf(GFP_KERNEL, "%s,timeo=%u,retrans=%u",
+			 opts->softerr ? "soft,softerr"
+			 : opts->soft  ? "soft"
+				       : "hard",
+			 opts->timeo, opts->retrans);
 }
 
 /* ---- the superblock ---- */
@@ -227,6 +276,7 @@ static int pvfs_attach(struct fs_context *fc, struct pvfs_sb_info *sbi, struct p
 	req = pvfs_op_req(op);
 	req->source_len = source_len;
 	req->options_len = options_len;
+	req->client_id = sbi->client_id;
 	tail = (char *)(req + 1);
 	memcpy(tail, sbi->source, source_len);
 	memcpy(tail + source_len, sbi->daemon_options, options_len);
@@ -262,7 +312,7 @@ static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 	if (fc->sb_flags & SB_SYNCHRONOUS)
 		sbi->opts.sync = true;
 	sbi->source = kstrdup(fc->source, GFP_KERNEL);
-	sbi->daemon_options = kstrdup("", GFP_KERNEL);
+	sbi->daemon_options = pvfs_daemon_options(&sbi->opts);
 	if (!sbi->source || !sbi->daemon_options)
 		return -ENOMEM;
 
@@ -354,7 +404,12 @@ static int pvfs_reconfigure(struct fs_context *fc)
 	err = pvfs_check_opts(fc, opts);
 	if (err)
 		return err;
-	/* the cache timeouts, intr and timeo may change; sync follows flags */
+	/* pvfsd got these in ATTACH: they stay what the mount began with */
+	if (opts->soft != sbi->opts.soft || opts->softerr != sbi->opts.softerr ||
+	    opts->retrans != sbi->opts.retrans || opts->timeo != sbi->opts.timeo)
+		return invalfc(fc,
+			       "hard, soft, softerr, timeo and retrans cannot change on remount");
+	/* the cache timeouts and intr may change; sync follows flags */
 	opts->sync = !!(fc->sb_flags & SB_SYNCHRONOUS);
 	sbi->opts = *opts;
 	return 0;

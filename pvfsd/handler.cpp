@@ -75,11 +75,22 @@ void Handler::start(Upcall up)
     Op &o = *op;
     ops_.emplace(tag, std::move(op));
     const auto common = o.up.body<pvfsd_req_common>();
-    loop_->set_context(common ? credentials_of(*common) : Credentials{}, tag);
+    const Credentials cred = common ? credentials_of(*common) : Credentials{};
+    // The kernel's reply slot and tag name a change to the reply cache;
+    // run() adds the mount's client_id.
+    const bool once = common && common->reply_slot < PVFSD_REPLY_SLOTS;
+    if (once) {
+        o.once.slot = common->reply_slot;
+        o.once.xid = tag;
+    }
+    loop_->set_context(cred, tag, once ? &o.once : nullptr);
     o.task = run(o);
     ++running_;
     // It may finish (and be on the completion list) before start returns.
     o.task.start(&Handler::on_done, &o);
+    // Whatever starts next without a context of its own must not name
+    // this op's ids, which end with it.
+    loop_->set_context(cred, tag);
     peak_ = std::max(peak_, in_flight());
 }
 
@@ -201,6 +212,7 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
         status = co_await co_attach(op, out);
     } else if (up.op() == PVFSD_OP_DETACH) {
         detach(common->mount_id);
+        policies_.erase(common->mount_id);
     } else {
         auto it = clients_.find(common->mount_id);
         if (it != clients_.end() && !it->second.client && !it->second.attaches.empty()) {
@@ -218,7 +230,9 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
             status = -ENOTCONN;
         } else {
             const std::shared_ptr<client::Client> c = it->second.client;
-            status = co_await dispatch(up, *c, out);
+            const MountPolicy policy = policies_[common->mount_id];
+            op.once.client_id = policy.client_id;
+            status = kernel_status(co_await dispatch(up, *c, out), policy);
         }
     }
     if (status < 0 && gossip::enabled(gossip::Mask::pvfsd))
@@ -256,14 +270,16 @@ Task<int> Handler::co_attach(Op &op, Downcall &out)
     if (!req)
         co_return -EINVAL;
     const auto source = up.tail(sizeof(*req), 0, req->source_len);
-    if (!source || up.tail_size(sizeof(*req)) != std::size_t{req->source_len} + req->options_len)
+    const auto options = up.tail(sizeof(*req), req->source_len, req->options_len);
+    if (!source || !options ||
+        up.tail_size(sizeof(*req)) != std::size_t{req->source_len} + req->options_len)
         co_return -EINVAL;
     const std::uint64_t id = req->common.mount_id;
     const std::string target(*source);
     // The kernel's own re-attach of a mount after a pvfsd restart: its
-    // ops wait (up to the mount's timeo) for it, so it keeps trying until
-    // the servers answer, the kernel cancels it or the mount goes.  A
-    // first mount's ATTACH tries once: mount(8) must not hang.
+    // ops wait for it, so it keeps trying until the servers answer, the
+    // kernel cancels it or the mount goes.  A first mount's ATTACH tries
+    // once: mount(8) must not hang.
     const bool keep_trying = (req->common.flags & PVFSD_REQ_REPLAYED) != 0;
 
     client::Options o;
@@ -281,6 +297,11 @@ Task<int> Handler::co_attach(Op &op, Downcall &out)
     o.check_data_access = false;
     o.request_timeout = options_.request_timeout;
     o.loop = loop_;
+    const MountPolicy policy = apply_mount_options(*req, *source, *options, o);
+    // The ATTACH itself gives up (mount(8) must not hang); the mount's
+    // operations then wait as its options say.
+    const bool hard = o.hard;
+    o.hard = false;
 
     clients_[id].attaches.push_back(&op);
     std::shared_ptr<client::Client> attached;
@@ -328,7 +349,9 @@ Task<int> Handler::co_attach(Op &op, Downcall &out)
     Mount &m = it->second;
     std::erase(m.attaches, &op);
     if (rc == 0) {
+        attached->set_hard(hard);
         m.client = std::move(attached);
+        policies_[id] = policy;
         pvfsd_attach_resp r{};
         r.root = to_dev_attr(root);
         r.fs_id = m.client->cluster().fs_id;

@@ -4,6 +4,7 @@
 // delays neither the other mounts' ATTACHes nor their ops.
 #pragma once
 
+#include "mount_options.hpp"
 #include "upcall.hpp"
 
 #include <pvfs/client.hpp>
@@ -64,6 +65,9 @@ private:
         Op(Handler &h, Upcall u) : handler(h), up(std::move(u)) {}
         Handler &handler;
         Upcall up; // the task's views point into it: never moved
+        // The exactly-once ids of an op that changes something, which its
+        // requests point to (Loop::set_context): lives as long as the task.
+        client::OnceOp once;
         Task<std::vector<std::byte>> task;
         bool done = false;
         // The kernel cancelled it, or (an ATTACH) its mount went.
@@ -111,7 +115,8 @@ private:
     std::shared_ptr<client::Loop> loop_;
     std::span<std::byte> slots_;
     std::size_t slot_size_;
-    std::map<std::uint64_t, Mount> clients_; // by mount id
+    std::map<std::uint64_t, Mount> clients_;        // by mount id
+    std::map<std::uint64_t, MountPolicy> policies_; // by mount, as clients_
     std::multimap<Clock::time_point, Op *> timers_;
     std::unordered_map<std::uint64_t, std::unique_ptr<Op>> ops_; // by tag
     // The ops finished and not yet taken, first finished first.

@@ -72,6 +72,9 @@ struct Settings {
     bool foreground = false;
     std::uint32_t slot_size = 1U << 20U;
     std::uint32_t slots = 64;
+    // Test only: exit at the first answer to this op, before the kernel
+    // gets it (the servers have done the op: its replay must not redo it).
+    std::string die_after_reply;
 };
 
 std::string open_error(int err, const std::string &device)
@@ -198,6 +201,19 @@ int run(const Settings &s)
                 gossip::debug(gossip::Mask::dev, "answer to {} tag {}", pvfs::pvfsd::op_name(h.op),
                               h.tag);
             }
+            if (!s.die_after_reply.empty()) {
+                pvfsd_msg_hdr h{};
+                std::memcpy(&h, reply.data(), std::min(sizeof h, reply.size()));
+                if (s.die_after_reply == pvfs::pvfsd::op_name(h.op)) {
+                    gossip::warning(gossip::Mask::pvfsd,
+                                    "--test-die-after-reply {}: exiting before the answer to tag "
+                                    "{} (status {})",
+                                    s.die_after_reply, h.tag, h.status);
+                    gossip::flush();
+                    // As a crash would: no destructor ends the mounts' sessions.
+                    ::_exit(3);
+                }
+            }
             if (!write_all(dev.get(), reply, err)) {
                 pvfsd_msg_hdr h{};
                 std::memcpy(&h, reply.data(), std::min(sizeof h, reply.size()));
@@ -314,6 +330,9 @@ int run_main(int argc, char **argv)
     app.option("--slots", s.slots, "data slots shared with the kernel")
         .show_default()
         .range(1, 1024);
+    app.option("--test-die-after-reply", s.die_after_reply,
+               "TESTS ONLY: exit when the first OP (e.g. UNLINK) is done, before the kernel "
+               "gets its answer, as a crash there would");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
     if ((s.slot_size & (s.slot_size - 1)) != 0) {

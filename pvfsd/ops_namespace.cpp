@@ -33,13 +33,6 @@ ObjectType to_type(std::uint32_t t, bool &ok)
     return ok ? static_cast<ObjectType>(t) : ObjectType::regular;
 }
 
-// Sent again after a pvfsd died: the dead daemon may have done it already.
-bool replayed(const Upcall &up)
-{
-    const auto common = up.body<pvfsd_req_common>();
-    return common && (common->flags & PVFSD_REQ_REPLAYED) != 0;
-}
-
 } // namespace
 
 Task<int> lookup(Call call)
@@ -61,14 +54,11 @@ Task<int> remove(Call call)
     const auto name = req ? call.up.tail(sizeof(*req), 0, req->name_len) : std::nullopt;
     if (!name || !valid_name(*name))
         co_return -EINVAL;
-    int rc = 0;
-    if (call.up.op() == PVFSD_OP_UNLINK) {
-        rc = co_await call.c.co_unlink(req->parent, *name);
-    } else {
-        rc = co_await call.c.co_rmdir(req->parent, *name);
-    }
-    // A replayed removal the dead daemon had done already.
-    co_return rc == -ENOENT &&replayed(call.up) ? 0 : rc;
+    // A replay of a removal the dead daemon had done gets its first result
+    // from the servers' reply cache (the upcall's reply slot and tag).
+    if (call.up.op() == PVFSD_OP_UNLINK)
+        co_return co_await call.c.co_unlink(req->parent, *name);
+    co_return co_await call.c.co_rmdir(req->parent, *name);
 }
 
 Task<int> getattr(Call call)
@@ -119,15 +109,8 @@ Task<int> create(Call call)
         co_return -EINVAL;
     Attr a;
     bool created = false;
-    int rc = co_await call.c.co_create(req->parent, *name, req->mode & 07777U, req->exclusive != 0,
-                                       Layout{}, a, &created);
-    if (rc == -EEXIST && replayed(call.up)) {
-        // The dead daemon made it: answer as that create would have.
-        rc = co_await call.c.co_lookup(req->parent, *name, a);
-        if (rc == 0 && a.type != ObjectType::regular)
-            rc = -EEXIST;
-        created = false;
-    }
+    const int rc = co_await call.c.co_create(req->parent, *name, req->mode & 07777U,
+                                             req->exclusive != 0, Layout{}, a, &created);
     if (rc == 0) {
         pvfsd_create_resp r{};
         r.attr = to_dev_attr(a);

@@ -47,6 +47,20 @@
 
 namespace pvfs::client {
 
+// The exactly-once identity of one operation whose ids the caller chooses
+// (pvfsd: a kernel op's mount, reply slot and tag), for Loop::set_context:
+// every metadata change the operation sends carries {client_id, slot, xid}
+// and the next step (docs/protocol.md "Exactly once").  The same ids after
+// a restart (a new Client with the same Options::client_id) get the first
+// result.  The slot must be below Options::caller_slots, and a slot's xids
+// must grow.  client_id 0: none.
+struct OnceOp {
+    std::uint64_t client_id = 0;
+    std::uint32_t slot = 0;
+    std::uint64_t xid = 0;
+    std::uint32_t next_step = 0; // the library's: the next request's step
+};
+
 // The event loop of libpvfs's asynchronous operations: one BMI instance,
 // the requests in flight, their deadlines.
 class Loop {
@@ -76,6 +90,10 @@ public:
     // cancel() stops them by (0: not cancellable).  An operation keeps
     // both for its whole life, whatever is set while it waits.
     void set_context(const Credentials &cred, std::uint64_t cancel_id);
+    // The same, and the operations started from now on are `once`'s (see
+    // OnceOp): it must live until they have ended (pvfsd: the upcall's
+    // own object), and nullptr is none.
+    void set_context(const Credentials &cred, std::uint64_t cancel_id, OnceOp *once);
     // Stops the requests of every operation started with cancel_id: each
     // ends with -ECANCELED (an operation may have done part of its work:
     // a write some of its bytes).  Returns how many requests it stopped.
@@ -161,6 +179,10 @@ struct Options {
     // The session id; 0: a random one.  pvfsd passes the kernel mount's,
     // which outlives the daemon.
     std::uint64_t client_id = 0;
+    // Slots 0 .. caller_slots - 1 of the session are the caller's, for its
+    // OnceOp ids (pvfsd: the kernel's reply slots); the library's own
+    // changes take the others.
+    std::uint32_t caller_slots = 0;
     // Who this client is across restarts (at most 255 bytes): a new session
     // with the same owner ends the old one on the servers.  Empty: none.
     std::string session_owner;
@@ -467,6 +489,9 @@ public:
     // Cached attributes and names stay: the kernel checks permissions on
     // them itself; cached access answers go.
     void set_credentials(const Credentials &cred);
+    // Options::hard for the calls started from now on (pvfsd: a mount's
+    // ATTACH gives up, the mount's later operations may not).
+    void set_hard(bool hard);
 
     struct Impl;
 

@@ -38,7 +38,7 @@
 #define PVFSD_DEV_MAGIC 0x53465650u
 
 /* Protocol version of this header. */
-#define PVFSD_DEV_VERSION 2u
+#define PVFSD_DEV_VERSION 3u
 
 /*
  * Upper bound on one message (header + body + tail): room for the largest
@@ -137,7 +137,23 @@ struct pvfsd_req_common {
 	__u32 ngroups;			/* valid entries of groups, <= PVFSD_MAX_GROUPS */
 	__u32 flags;			/* PVFSD_REQ_* */
 	__u32 groups[PVFSD_MAX_GROUPS]; /* the caller's first supplementary groups */
+	/*
+	 * Ops that change something (SETATTR, CREATE, MKDIR, MKNOD, SYMLINK,
+	 * LINK, UNLINK, RMDIR, RENAME, XATTR_SET, XATTR_REMOVE, FSYNC): the
+	 * mount's reply slot the op holds for its life, < PVFSD_REPLY_SLOTS.
+	 * With the mount's client_id (ATTACH) and the tag as the op's xid it
+	 * names the op to the servers' reply cache, so that a replay gets the
+	 * first result (docs/protocol.md "Exactly once").  A replayed op keeps
+	 * its tag and slot; a slot's ops have growing tags.  Other ops:
+	 * PVFSD_NO_SLOT.
+	 */
+	__u32 reply_slot;
+	__u32 pad; /* 0 */
 };
+
+/* Reply slots per mount, and pvfsd_req_common.reply_slot of other ops. */
+#define PVFSD_REPLY_SLOTS 64u
+#define PVFSD_NO_SLOT 0xffffffffu
 
 /* ---- values inside bodies ---- */
 
@@ -197,8 +213,19 @@ struct pvfsd_hello {
 
 struct pvfsd_attach_req {
 	struct pvfsd_req_common common;
-	__u32 source_len;  /* tail: source ("tcp://host:port/fs"), then */
-	__u32 options_len; /* tail: the daemon-relevant mount options */
+	__u32 source_len; /* tail: source ("tcp://host:port/fs"), then */
+	/*
+	 * tail: the daemon-relevant mount options as text, comma-separated:
+	 * "hard" or "soft", "softerr", "timeo=T" (seconds), "retrans=N".
+	 * A daemon ignores options it does not know.
+	 */
+	__u32 options_len;
+	/*
+	 * Random, made by the kernel at mount and kept while mounted: the
+	 * mount's id towards the servers' reply cache, the same for every
+	 * daemon that serves the mount.  Never 0.
+	 */
+	__u64 client_id;
 };
 
 struct pvfsd_attach_resp {

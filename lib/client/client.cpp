@@ -223,6 +223,11 @@ const config::Cluster &Client::cluster() const noexcept
     return impl_->cluster;
 }
 
+void Client::set_hard(bool hard)
+{
+    impl_->options.hard = hard;
+}
+
 void Client::set_credentials(const Credentials &cred)
 {
     impl_->engine->current.cred = cred;

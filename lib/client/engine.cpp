@@ -128,6 +128,11 @@ void Loop::set_context(const Credentials &cred, std::uint64_t cancel_id)
     impl_->current = detail::Context{cred, cancel_id};
 }
 
+void Loop::set_context(const Credentials &cred, std::uint64_t cancel_id, OnceOp *once)
+{
+    impl_->current = detail::Context{cred, cancel_id, once};
+}
+
 std::size_t Loop::cancel(std::uint64_t cancel_id)
 {
     return impl_->cancel(cancel_id);
@@ -200,8 +205,8 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
     r.req.time_ns = realtime_ns();
     r.req.cred = context.cred;
     // A retry keeps the ids of its first try.
-    if (context.once != nullptr && !r.req.once.present() && proto::changes_metadata(r.req.op()) &&
-        context.once->next_step < proto::max_steps) {
+    if (context.once != nullptr && context.once->client_id != 0 && !r.req.once.present() &&
+        proto::changes_metadata(r.req.op()) && context.once->next_step < proto::max_steps) {
         OnceOp &op = *context.once;
         r.req.once = proto::OnceIds{op.client_id, op.slot, op.next_step++, op.xid};
     }

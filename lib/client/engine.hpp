@@ -37,12 +37,7 @@ struct Batch;
 // The exactly-once identity of one metadata change that may take several
 // requests (pvfsd's kernel op): each request that changes metadata gets
 // the next step.
-struct OnceOp {
-    std::uint64_t client_id = 0;
-    std::uint32_t slot = 0;
-    std::uint64_t xid = 0;
-    std::uint32_t next_step = 0;
-};
+using OnceOp = client::OnceOp;
 
 // Who a batch's requests are from, and the id a Loop::cancel names.
 struct Context {

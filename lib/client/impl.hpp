@@ -135,6 +135,19 @@ struct Client::Impl {
         }
     };
 
+    // A given client_id outlives this Client (pvfsd's restarts): its xids
+    // start above any an earlier Client of this boot used, one per
+    // nanosecond of uptime at most.
+    [[nodiscard]] std::uint64_t first_xid() const
+    {
+        if (options.client_id == 0)
+            return 0;
+        timespec t{};
+        ::clock_gettime(CLOCK_BOOTTIME, &t);
+        return static_cast<std::uint64_t>(t.tv_sec) * 1000000000U +
+               static_cast<std::uint64_t>(t.tv_nsec);
+    }
+
     // Gives a change this client makes on its own (not one of pvfsd's
     // kernel ops, whose ids come with the task's context) its ids.
     void take_once(Rpc &r, SlotHold &hold)
@@ -143,11 +156,12 @@ struct Client::Impl {
             !proto::changes_metadata(r.req.op()))
             return;
         std::uint32_t slot = 0;
+        const std::uint32_t first = std::min(options.caller_slots, proto::max_slots);
         if (!free_slots.empty()) {
             slot = free_slots.back();
             free_slots.pop_back();
-        } else if (slots_made < proto::max_slots) {
-            slot = slots_made++;
+        } else if (first + slots_made < proto::max_slots) {
+            slot = first + slots_made++;
         } else {
             if (!warned_no_slot)
                 gossip::warning(Mask::client,
@@ -159,6 +173,8 @@ struct Client::Impl {
         }
         hold.impl = this;
         hold.slot = slot;
+        if (next_xid == 0)
+            next_xid = first_xid();
         r.req.once = proto::OnceIds{client_id, slot, 0, ++next_xid};
     }
 

@@ -40,7 +40,10 @@ ATF_TEST_CASE_BODY(magic_spells_pvfs)
 ATF_TEST_CASE_WITHOUT_HEAD(limits);
 ATF_TEST_CASE_BODY(limits)
 {
-    ATF_REQUIRE_EQ(PVFSD_DEV_VERSION, 2U);
+    ATF_REQUIRE_EQ(PVFSD_DEV_VERSION, 3U);
+    // A reply slot of a mount is a slot of its session on the servers.
+    ATF_REQUIRE(PVFSD_REPLY_SLOTS <= pvfs::proto::max_slots);
+    ATF_REQUIRE(PVFSD_NO_SLOT >= pvfs::proto::max_slots);
     ATF_REQUIRE_EQ(std::string(PVFSD_DEV_NAME), "pvfsd");
     // The largest message: an xattr SET with the longest name and value.
     ATF_REQUIRE(PVFSD_DEV_MAX_MSG >= sizeof(pvfsd_msg_hdr) + sizeof(pvfsd_xattr_req) +
@@ -97,10 +100,11 @@ template <typename T> void require_size(std::size_t want, std::size_t last_end)
 ATF_TEST_CASE_WITHOUT_HEAD(body_layouts);
 ATF_TEST_CASE_BODY(body_layouts)
 {
-    require_size<pvfsd_req_common>(152, END_OF(pvfsd_req_common, groups));
+    require_size<pvfsd_req_common>(160, END_OF(pvfsd_req_common, pad));
     ATF_REQUIRE_EQ(offsetof(pvfsd_req_common, fsuid), 8U);
     ATF_REQUIRE_EQ(offsetof(pvfsd_req_common, ngroups), 16U);
     ATF_REQUIRE_EQ(offsetof(pvfsd_req_common, groups), 24U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_req_common, reply_slot), 152U);
 
     require_size<pvfsd_time>(16, END_OF(pvfsd_time, pad));
     require_size<pvfsd_attr>(96, END_OF(pvfsd_attr, ctime));
@@ -110,34 +114,35 @@ ATF_TEST_CASE_BODY(body_layouts)
     ATF_REQUIRE_EQ(offsetof(pvfsd_attr, atime), 48U);
 
     require_size<pvfsd_hello>(16, END_OF(pvfsd_hello, pad));
-    require_size<pvfsd_attach_req>(160, END_OF(pvfsd_attach_req, options_len));
+    require_size<pvfsd_attach_req>(176, END_OF(pvfsd_attach_req, client_id));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_attach_req, source_len), 160U);
     require_size<pvfsd_attach_resp>(112, END_OF(pvfsd_attach_resp, pad));
-    require_size<pvfsd_handle_req>(160, END_OF(pvfsd_handle_req, handle));
+    require_size<pvfsd_handle_req>(168, END_OF(pvfsd_handle_req, handle));
     require_size<pvfsd_attr_resp>(96, END_OF(pvfsd_attr_resp, attr));
-    require_size<pvfsd_name_req>(168, END_OF(pvfsd_name_req, pad));
-    ATF_REQUIRE_EQ(offsetof(pvfsd_name_req, parent), 152U);
-    require_size<pvfsd_setattr_req>(216, END_OF(pvfsd_setattr_req, mtime));
-    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, mask), 160U);
-    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, size), 176U);
-    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, atime), 184U);
-    require_size<pvfsd_create_req>(176, END_OF(pvfsd_create_req, pad));
+    require_size<pvfsd_name_req>(176, END_OF(pvfsd_name_req, pad));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_name_req, parent), 160U);
+    require_size<pvfsd_setattr_req>(224, END_OF(pvfsd_setattr_req, mtime));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, mask), 168U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, size), 184U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, atime), 192U);
+    require_size<pvfsd_create_req>(184, END_OF(pvfsd_create_req, pad));
     require_size<pvfsd_create_resp>(104, END_OF(pvfsd_create_resp, pad));
-    require_size<pvfsd_mknod_req>(184, END_OF(pvfsd_mknod_req, pad));
-    ATF_REQUIRE_EQ(offsetof(pvfsd_mknod_req, rdev), 160U);
-    require_size<pvfsd_symlink_req>(168, END_OF(pvfsd_symlink_req, target_len));
-    require_size<pvfsd_link_req>(176, END_OF(pvfsd_link_req, pad));
-    require_size<pvfsd_rename_req>(184, END_OF(pvfsd_rename_req, pad));
-    ATF_REQUIRE_EQ(offsetof(pvfsd_rename_req, old_name_len), 168U);
+    require_size<pvfsd_mknod_req>(192, END_OF(pvfsd_mknod_req, pad));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_mknod_req, rdev), 168U);
+    require_size<pvfsd_symlink_req>(176, END_OF(pvfsd_symlink_req, target_len));
+    require_size<pvfsd_link_req>(184, END_OF(pvfsd_link_req, pad));
+    require_size<pvfsd_rename_req>(192, END_OF(pvfsd_rename_req, pad));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_rename_req, old_name_len), 176U);
     require_size<pvfsd_readlink_resp>(8, END_OF(pvfsd_readlink_resp, pad));
-    require_size<pvfsd_readdir_req>(176, END_OF(pvfsd_readdir_req, pad));
+    require_size<pvfsd_readdir_req>(184, END_OF(pvfsd_readdir_req, pad));
     require_size<pvfsd_readdir_resp>(8, END_OF(pvfsd_readdir_resp, eof));
     require_size<pvfsd_dirent>(24, END_OF(pvfsd_dirent, name_len));
-    require_size<pvfsd_io_req>(176, END_OF(pvfsd_io_req, slot));
-    ATF_REQUIRE_EQ(offsetof(pvfsd_io_req, offset), 160U);
+    require_size<pvfsd_io_req>(184, END_OF(pvfsd_io_req, slot));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_io_req, offset), 168U);
     require_size<pvfsd_io_resp>(8, END_OF(pvfsd_io_resp, pad));
-    require_size<pvfsd_fsync_req>(168, END_OF(pvfsd_fsync_req, pad));
+    require_size<pvfsd_fsync_req>(176, END_OF(pvfsd_fsync_req, pad));
     require_size<pvfsd_statfs_resp>(48, END_OF(pvfsd_statfs_resp, namelen));
-    require_size<pvfsd_xattr_req>(176, END_OF(pvfsd_xattr_req, pad));
+    require_size<pvfsd_xattr_req>(184, END_OF(pvfsd_xattr_req, pad));
     require_size<pvfsd_xattr_resp>(8, END_OF(pvfsd_xattr_resp, pad));
     require_size<pvfsd_cancel_req>(8, END_OF(pvfsd_cancel_req, target_tag));
 }

@@ -5,9 +5,11 @@
 #include <atf-c++.hpp>
 
 #include "handler.hpp"
+#include "mount_options.hpp"
 #include "upcall.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <span>
 #include <string>
@@ -189,8 +191,60 @@ ATF_TEST_CASE_BODY(handler_refuses_what_it_cannot_trust)
     ATF_REQUIRE_EQ(handler.cancels(), 0U);
 }
 
+// ATTACH's client_id and options text become the mount's client policy.
+ATF_TEST_CASE_WITHOUT_HEAD(mount_options);
+ATF_TEST_CASE_BODY(mount_options)
+{
+    using namespace std::chrono_literals;
+    using pvfs::pvfsd::apply_mount_options;
+    pvfsd_attach_req a{};
+    a.common.mount_id = 7;
+    a.client_id = 0x1234567890abcdefULL;
+    const std::string source = "tcp://127.0.0.1:3334/fs";
+
+    pvfs::client::Options hard;
+    auto p = apply_mount_options(a, source, "hard,timeo=30,retrans=2", hard);
+    ATF_REQUIRE(hard.hard);
+    ATF_REQUIRE(!p.soft);
+    ATF_REQUIRE_EQ(p.client_id, a.client_id);
+    ATF_REQUIRE_EQ(hard.client_id, a.client_id);
+    ATF_REQUIRE_EQ(hard.caller_slots, PVFSD_REPLY_SLOTS);
+    ATF_REQUIRE(hard.retry_timeout == 30s);
+    ATF_REQUIRE(hard.request_timeout == 0ms); // the config's; hard has no limit anyway
+    ATF_REQUIRE(hard.session_owner.find(":7:tcp://127.0.0.1:3334/fs") != std::string::npos);
+    // a hard mount's op never answers ETIMEDOUT; if one came, EIO
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ETIMEDOUT, p), -EIO);
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ENOENT, p), -ENOENT);
+
+    pvfs::client::Options soft;
+    p = apply_mount_options(a, source, "soft,timeo=4,retrans=1,bogus", soft);
+    ATF_REQUIRE(!soft.hard);
+    ATF_REQUIRE(p.soft && !p.softerr);
+    ATF_REQUIRE(soft.request_timeout == 8s);
+    ATF_REQUIRE(soft.retry_timeout == 4s);
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ETIMEDOUT, p), -EIO);
+
+    pvfs::client::Options softerr;
+    p = apply_mount_options(a, source, "soft,softerr,timeo=2,retrans=0", softerr);
+    ATF_REQUIRE(p.soft && p.softerr);
+    ATF_REQUIRE(softerr.request_timeout == 2s);
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ETIMEDOUT, p), -ETIMEDOUT);
+
+    // No options text (an older module's): hard, NFS's timeo and retrans.
+    pvfs::client::Options none;
+    p = apply_mount_options(a, source, "", none);
+    ATF_REQUIRE(none.hard && !p.soft);
+    ATF_REQUIRE(none.retry_timeout == 30s);
+
+    // The owner fits the servers' limit however long the source.
+    const std::string owner = pvfs::pvfsd::session_owner(std::string(1024, 's'), 99);
+    ATF_REQUIRE_EQ(owner.size(), 255U);
+    ATF_REQUIRE(owner.find(":99:s") != std::string::npos);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, mount_options);
     ATF_ADD_TEST_CASE(tcs, parse_accepts_a_good_upcall);
     ATF_ADD_TEST_CASE(tcs, parse_refuses_malformed_messages);
     ATF_ADD_TEST_CASE(tcs, downcall_status_rules);

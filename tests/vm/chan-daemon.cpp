@@ -1026,6 +1026,28 @@ private:
     std::uint64_t next_handle_ = root_handle + 1;
 };
 
+// What names an op to the servers' reply cache, for the log: " slot=N" of
+// an op that changes something; ATTACH's " client=ID options=TEXT".
+std::string ids_text(const Msg &up)
+{
+    const pvfsd_msg_hdr h = up.hdr();
+    if (h.op == PVFSD_OP_ATTACH && h.length >= sizeof(h) + sizeof(pvfsd_attach_req)) {
+        const auto a = up.body<pvfsd_attach_req>();
+        const std::size_t at = sizeof(h) + sizeof(a) + a.source_len;
+        std::string options;
+        if (at + a.options_len <= up.bytes.size())
+            options.assign(reinterpret_cast<const char *>(up.bytes.data()) + at, a.options_len);
+        char client[32];
+        std::snprintf(client, sizeof client, "%016llx",
+                      static_cast<unsigned long long>(a.client_id));
+        return std::string(" client=") + client + " options=" + options;
+    }
+    const auto common = up.body<pvfsd_req_common>();
+    if (common.reply_slot == PVFSD_NO_SLOT)
+        return {};
+    return " slot=" + std::to_string(common.reply_slot);
+}
+
 int run_serve(int hold_op, int die_after_op, Script script)
 {
     UniqueFd fd = open_device();
@@ -1060,9 +1082,9 @@ int run_serve(int hold_op, int die_after_op, Script script)
         const auto common = up.body<pvfsd_req_common>();
         mount_id = common.mount_id;
         flags = common.flags;
-        std::printf("%s tag=%llu mount=%llu%s\n", op_name(h.op),
+        std::printf("%s tag=%llu mount=%llu%s%s\n", op_name(h.op),
                     static_cast<unsigned long long>(h.tag),
-                    static_cast<unsigned long long>(mount_id),
+                    static_cast<unsigned long long>(mount_id), ids_text(up).c_str(),
                     (flags & PVFSD_REQ_REPLAYED) != 0 ? " replayed" : "");
         std::fflush(stdout);
         if (h.op == die_after_op)

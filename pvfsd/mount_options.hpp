@@ -1,0 +1,39 @@
+// What a mount's ATTACH says about how its requests should be sent: the
+// kernel's client_id for the servers' reply cache, and the hard/soft policy
+// of its mount options (docs/pvfsd.md "Mount options").
+#pragma once
+
+#include <pvfs/client.hpp>
+#include <pvfs/pvfsd_dev.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pvfs::pvfsd {
+
+// What pvfsd itself keeps of a mount's options.
+struct MountPolicy {
+    std::uint64_t client_id = 0; // the kernel's; 0: none (changes carry no ids)
+    bool soft = false;
+    bool softerr = false; // soft, and a timeout is ETIMEDOUT instead of EIO
+};
+
+// Sets the exactly-once and retry fields of `o` from an ATTACH: its
+// client_id, a session owner naming this machine and mount, and from the
+// options text ("hard", "soft", "softerr", "timeo=T", "retrans=N"; unknown
+// ones are logged and ignored): hard waits for the servers however long it
+// takes, soft gives up after timeo * (retrans + 1); both send a request
+// again after timeo without an answer.
+MountPolicy apply_mount_options(const pvfsd_attach_req &req, std::string_view source,
+                                std::string_view options, client::Options &o);
+
+// "<machine id>:<mount id>:<source>", at most 255 bytes: the same mount of
+// this boot after a pvfsd restart, another client after a reboot.
+std::string session_owner(std::string_view source, std::uint64_t mount_id);
+
+// The status a mount's op answers the kernel with: a soft mount's timeout is
+// EIO unless softerr (a hard mount's requests do not time out).
+int kernel_status(int status, const MountPolicy &policy);
+
+} // namespace pvfs::pvfsd
