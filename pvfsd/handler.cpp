@@ -150,10 +150,15 @@ void Handler::resume_parked(Op &op)
     if (!h)
         return;
     // The loop's context is whoever ran last: the op's own requests must
-    // carry its caller and be cancellable by its tag.
+    // carry its caller, be cancellable by its tag and, for a change, name
+    // its reply slot and tag (without them a replayed change would run
+    // again: mount_test:replay_exactly_once).
     const auto common = op.up.body<pvfsd_req_common>();
-    loop_->set_context(common ? credentials_of(*common) : Credentials{}, op.up.tag());
+    const Credentials cred = common ? credentials_of(*common) : Credentials{};
+    const bool once = common && common->reply_slot < PVFSD_REPLY_SLOTS;
+    loop_->set_context(cred, op.up.tag(), once ? &op.once : nullptr);
     h.resume();
+    loop_->set_context(cred, op.up.tag());
 }
 
 void Handler::unpark(Op &op)

@@ -100,7 +100,7 @@ void MetaService::serve_open(const Origin &origin, const Credentials &cred,
         }
     }
     if (was_orphan) {
-        loop_.respond(origin, std::move(out));
+        loop_.respond(origin, out);
         return;
     }
     // Second look, now that the hold is visible to every later unlink: an
@@ -120,7 +120,7 @@ void MetaService::serve_open(const Origin &origin, const Credentials &cred,
         loop_.respond_error(origin, -rc);
         return;
     }
-    loop_.respond(origin, std::move(out));
+    loop_.respond(origin, out);
 }
 
 void MetaService::serve_list_orphans(const Origin &origin, const Credentials &cred,
@@ -147,7 +147,7 @@ void MetaService::serve_list_orphans(const Origin &origin, const Credentials &cr
         out.entries.push_back(
             proto::OrphanEntry{o.handle, static_cast<std::uint8_t>(o.state), o.since_ns, o.layout});
     }
-    loop_.respond(origin, std::move(out));
+    loop_.respond(origin, out);
 }
 
 void MetaService::apply_close(meta::WriteBatch &batch, Job &job)

@@ -112,7 +112,7 @@ private:
     void serve_list_orphans(const Origin &origin, const Credentials &cred,
                             const proto::ListOrphansRequest &req);
     void apply_close(meta::WriteBatch &batch, Job &job);
-    void apply_orphan_done(meta::WriteBatch &batch, Job &job);
+    static void apply_orphan_done(meta::WriteBatch &batch, Job &job);
     [[nodiscard]] bool held_or_dying(Handle handle);
     void touch(std::uint64_t client_id);
     void drop_holds(std::uint64_t client_id);

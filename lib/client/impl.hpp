@@ -178,12 +178,18 @@ struct Client::Impl {
         r.req.once = proto::OnceIds{client_id, slot, 0, ++next_xid};
     }
 
+    // A session is no change, so this never recurses into call()'s EBADR
+    // handling: it runs its request itself.
     Task<int> open_session(std::size_t server)
     {
-        proto::SessionResponse out;
-        proto::RequestBody request =
-            proto::SessionRequest{client_id, proto::session_open, options.session_owner};
-        const int rc = co_await call_body(server, std::move(request), out);
+        Rpc r;
+        r.server = server;
+        r.req.body = proto::SessionRequest{client_id, proto::session_open, options.session_owner};
+        Rpc *p = &r;
+        co_await run(std::span(&p, 1));
+        const int rc = r.result();
+        if (rc == 0 && !std::holds_alternative<proto::SessionResponse>(r.resp.body))
+            co_return -EPROTO;
         if (rc == 0 && server < session_opened.size())
             session_opened[server] = 1;
         co_return rc;

@@ -40,14 +40,9 @@ std::string drop_all()
     return faults;
 }
 
-// Sets PVFS_TEST_FAULTS for the servers started while it lives.
-struct Faults {
-    explicit Faults(const std::string &text) { ::setenv("PVFS_TEST_FAULTS", text.c_str(), 1); }
-    ~Faults() { ::unsetenv("PVFS_TEST_FAULTS"); }
-    Faults(const Faults &) = delete;
-    Faults &operator=(const Faults &) = delete;
-    Faults(Faults &&) = delete;
-    Faults &operator=(Faults &&) = delete;
+// PVFS_TEST_FAULTS for the servers started while it lives.
+struct Faults : test::ScopedEnv {
+    explicit Faults(const std::string &text) : test::ScopedEnv("PVFS_TEST_FAULTS", text) {}
 };
 
 client::Options setup_options()
@@ -59,7 +54,7 @@ client::Options setup_options()
 
 test::Cluster make_cluster()
 {
-    return test::Cluster(test::servers(1, 1), "request_timeout = \"5s\"\n", setup_options());
+    return {test::servers(1, 1), "request_timeout = \"5s\"\n", setup_options()};
 }
 
 std::string meta_url(const test::Cluster &cl)

@@ -216,6 +216,18 @@ std::string ServerProcess::log_text() const
     return ss.str();
 }
 
+// NOLINTBEGIN(concurrency-mt-unsafe): set before the test starts threads
+ScopedEnv::ScopedEnv(const char *name, const std::string &value) : name_(name)
+{
+    ::setenv(name_, value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv()
+{
+    ::unsetenv(name_);
+}
+// NOLINTEND(concurrency-mt-unsafe)
+
 std::vector<ServerSpec> servers(unsigned metadata, unsigned data)
 {
     std::vector<ServerSpec> specs;

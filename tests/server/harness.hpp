@@ -125,6 +125,22 @@ private:
     client::Options client_;
 };
 
+// Sets an environment variable for the servers started while it lives
+// (e.g. PVFS_TEST_FAULTS), and removes it after.  Tests set it before they
+// start threads of their own.
+class ScopedEnv {
+public:
+    ScopedEnv(const char *name, const std::string &value);
+    ~ScopedEnv();
+    ScopedEnv(const ScopedEnv &) = delete;
+    ScopedEnv &operator=(const ScopedEnv &) = delete;
+    ScopedEnv(ScopedEnv &&) = delete;
+    ScopedEnv &operator=(ScopedEnv &&) = delete;
+
+private:
+    const char *name_;
+};
+
 // Bytes with a recognisable pattern.
 std::vector<std::byte> pattern(std::size_t n, unsigned seed);
 

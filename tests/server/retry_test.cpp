@@ -25,14 +25,9 @@ using pvfs::test::require;
 using pvfs::test::require_rc;
 using Clock = std::chrono::steady_clock;
 
-// Sets PVFS_TEST_FAULTS for the servers started while it lives.
-struct Faults {
-    explicit Faults(const std::string &text) { ::setenv("PVFS_TEST_FAULTS", text.c_str(), 1); }
-    ~Faults() { ::unsetenv("PVFS_TEST_FAULTS"); }
-    Faults(const Faults &) = delete;
-    Faults &operator=(const Faults &) = delete;
-    Faults(Faults &&) = delete;
-    Faults &operator=(Faults &&) = delete;
+// PVFS_TEST_FAULTS for the servers started while it lives.
+struct Faults : test::ScopedEnv {
+    explicit Faults(const std::string &text) : test::ScopedEnv("PVFS_TEST_FAULTS", text) {}
 };
 
 client::Options options(bool hard = false)
