@@ -268,6 +268,8 @@ static const char *const pvfs_op_names[PVFSD_OP_COUNT] = {
 	[PVFSD_OP_XATTR_LIST] = "XATTR_LIST",
 	[PVFSD_OP_XATTR_REMOVE] = "XATTR_REMOVE",
 	[PVFSD_OP_CANCEL] = "CANCEL",
+	[PVFSD_OP_OPEN] = "OPEN",
+	[PVFSD_OP_CLOSE] = "CLOSE",
 };
 
 static const char *pvfs_op_name(u16 opcode)
@@ -322,6 +324,10 @@ static int pvfs_check_object(const struct pvfs_op *op, const struct pvfsd_attr *
 	switch (op->opcode) {
 	case PVFSD_OP_GETATTR:
 		want = ((const struct pvfsd_handle_req *)req)->handle;
+		break;
+	case PVFSD_OP_OPEN:
+		want = ((const struct pvfsd_open_req *)req)->handle;
+		type = PVFSD_TYPE_REGULAR;
 		break;
 	case PVFSD_OP_SETATTR:
 		want = ((const struct pvfsd_setattr_req *)req)->handle;
@@ -436,6 +442,7 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t le
 	}
 	case PVFSD_OP_LOOKUP:
 	case PVFSD_OP_GETATTR:
+	case PVFSD_OP_OPEN:
 	case PVFSD_OP_SETATTR:
 	case PVFSD_OP_MKDIR:
 	case PVFSD_OP_MKNOD:
@@ -459,6 +466,7 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t le
 		return err ? err : pvfs_check_object(op, &r->attr, why);
 	}
 	case PVFSD_OP_DETACH:
+	case PVFSD_OP_CLOSE:
 	case PVFSD_OP_UNLINK:
 	case PVFSD_OP_RMDIR:
 	case PVFSD_OP_RENAME:

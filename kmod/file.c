@@ -693,8 +693,31 @@ static int pvfs_open(struct inode *inode, struct file *file)
 	if (err)
 		return err;
 	pvfs_drop_unwritten(inode);
-	/* close-to-open: see what other clients wrote before we opened */
-	return pvfs_revalidate(inode, true);
+	/* OPEN or close-to-open's GETATTR: fresh attributes either way */
+	return pvfs_open_get(inode, file);
+}
+
+int pvfs_open_created(struct inode *inode, struct file *file)
+{
+	/* the servers must hold it as any open file: OPEN, not just counted */
+	return pvfs_open(inode, file);
+}
+
+static int pvfs_release(struct inode *inode, struct file *file)
+{
+	struct address_space *mapping = inode->i_mapping;
+
+	/*
+	 * The last release on the mount: after its CLOSE the servers may
+	 * destroy an unlinked file, so pages a shared mapping dirtied go
+	 * first.  A failure is the flusher's to retry (or for good); the
+	 * close goes anyway.
+	 */
+	if (pvfs_open_last(inode) && (mapping_tagged(mapping, PAGECACHE_TAG_DIRTY) ||
+				      mapping_tagged(mapping, PAGECACHE_TAG_WRITEBACK)))
+		pvfs_write_and_wait(inode, NULL, 0, LLONG_MAX);
+	pvfs_open_release(inode);
+	return 0;
 }
 
 static int pvfs_flush(struct file *file, fl_owner_t id)
@@ -790,6 +813,7 @@ static int pvfs_mmap(struct file *file, struct vm_area_struct *vma)
 const struct file_operations pvfs_file_fops = {
 	.open = pvfs_open,
 	.flush = pvfs_flush,
+	.release = pvfs_release,
 	.fsync = pvfs_fsync,
 	.read_iter = pvfs_read_iter,
 	.write_iter = pvfs_write_iter,

@@ -24,6 +24,7 @@ static void pvfs_inode_init_once(void *obj)
 	struct pvfs_inode_info *pi = obj;
 
 	inode_init_once(&pi->vfs_inode);
+	mutex_init(&pi->open_mutex);
 }
 
 int pvfs_inode_cache_init(void)
@@ -54,6 +55,10 @@ struct inode *pvfs_alloc_inode(struct super_block *sb)
 	pi->perm_time = 0;
 	pi->flags = 0;
 	atomic_set(&pi->wb_retries, 0);
+	pi->open_count = 0;
+	pi->open_gen = 0;
+	pi->open_mode = 0;
+	INIT_LIST_HEAD(&pi->open_link);
 	return &pi->vfs_inode;
 }
 

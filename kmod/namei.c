@@ -70,16 +70,23 @@ static int pvfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 	struct pvfs_op *op;
 	int err, valid;
 
+	/*
+	 * LOOKUP_REVAL: the walk is retried because the object it found was
+	 * gone (ESTALE, e.g. an OPEN of a file another client unlinked):
+	 * the cached dentry is not trusted this time.
+	 */
 	if (flags & LOOKUP_RCU) {
 		inode = d_inode_rcu(dentry);
 		dir = d_inode_rcu(READ_ONCE(dentry->d_parent));
-		if (dir && time_before(jiffies, dentry->d_time + pvfs_attr_timeout(dir)))
+		if (dir && !(flags & LOOKUP_REVAL) &&
+		    time_before(jiffies, dentry->d_time + pvfs_attr_timeout(dir)))
 			return 1;
 		return -ECHILD;
 	}
 	parent = dget_parent(dentry);
 	dir = d_inode(parent);
-	if (time_before(jiffies, dentry->d_time + pvfs_attr_timeout(dir))) {
+	if (!(flags & LOOKUP_REVAL) &&
+	    time_before(jiffies, dentry->d_time + pvfs_attr_timeout(dir))) {
 		dput(parent);
 		return 1;
 	}
@@ -171,8 +178,8 @@ static int pvfs_create(PVFS_IDMAP_T *idmap, struct inode *dir, struct dentry *de
 /*
  * open(O_CREAT) of a name not in the cache, or cached as absent.  An
  * exclusive create needs no LOOKUP first: the server refuses a name that
- * exists (EEXIST), so CREATE is the one request, and the file it made is
- * opened with the attributes CREATE returned (they are fresh: no GETATTR).
+ * exists (EEXIST).  The file CREATE made is then opened as any file, with
+ * an OPEN, so that the servers hold it while open.
  * Other opens look the name up as usual; a name found absent is created,
  * and a file that existed after all is left to the usual open (permission
  * checks, O_TRUNC, close-to-open revalidation).
@@ -202,7 +209,7 @@ static int pvfs_atomic_open(struct inode *dir, struct dentry *dentry, struct fil
 		return err ? err : finish_no_open(file, found);
 	}
 	file->f_mode |= FMODE_CREATED;
-	err = finish_open(file, dentry, generic_file_open);
+	err = finish_open(file, dentry, pvfs_open_created);
 	dput(found);
 	return err;
 }

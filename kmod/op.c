@@ -310,6 +310,11 @@ int pvfs_op_start_async(struct pvfs_op *op, void (*end)(struct pvfs_op *op), voi
 	return pvfs_op_start(op);
 }
 
+u64 pvfs_op_tag(const struct pvfs_op *op)
+{
+	return op->tag;
+}
+
 int pvfs_op_status(const struct pvfs_op *op)
 {
 	return op->status;
@@ -662,6 +667,12 @@ void pvfs_chan_daemon_hello(void)
 	/* ATTACHes first, then what the last daemon left */
 	list_splice(&attaches, &pvfs_chan.queue);
 	spin_unlock(&pvfs_chan.lock);
+	/*
+	 * Then the files each mount holds open, which the daemon needs to
+	 * know (file.c); they wait in it for their mount's ATTACH.
+	 */
+	list_for_each_entry(sbi, &pvfs_chan.mounts, mount_link)
+		schedule_work(&sbi->reclaim_work);
 	mutex_unlock(&pvfs_mounts_mutex);
 	wake_up(&pvfs_chan.readq);
 }

@@ -16,6 +16,8 @@
 
 #include <linux/fs.h>
 #include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
 #include <linux/types.h>
 #include <linux/workqueue.h>
 
@@ -74,6 +76,22 @@ struct pvfs_sb_info {
 	u64 client_id;
 	DECLARE_BITMAP(reply_map, PVFSD_REPLY_SLOTS);
 	wait_queue_head_t replyq;
+
+	/*
+	 * The VFS side's (file.c): the inodes with open files on the mount
+	 * (pvfs_inode_info.open_link), told again to each new daemon
+	 * (reclaim_work, queued by the channel at its HELLO); the CLOSEs not
+	 * sent yet, a batch that close_work sends 100 ms after its first.
+	 */
+	spinlock_t open_lock; /* guards open_inodes, nr_open, closes, nr_closes */
+	struct list_head open_inodes;
+	unsigned int nr_open;
+	struct work_struct reclaim_work;
+	struct pvfsd_close_ref closes[PVFSD_MAX_CLOSE];
+	unsigned int nr_closes;
+	struct mutex close_mutex; /* one sender of the batch at a time */
+	struct delayed_work close_work;
+	bool dying; /* kill_sb: no more replayed OPENs */
 };
 
 /* statfs f_type of pvfs: "PVFS" */
@@ -186,6 +204,8 @@ size_t pvfs_slot_size(void);
 #define PVFS_RA_BYTES (16U << 20)
 /* A mount's share of the dirty page limit, in percent (super.c). */
 #define PVFS_DIRTY_RATIO 10
+/* The op's tag (the gen of an OPEN). */
+u64 pvfs_op_tag(const struct pvfs_op *op);
 /* the workqueue of ops that fail without a waiter (op.c) */
 int pvfs_op_init(void);
 void pvfs_op_exit(void);
@@ -213,6 +233,18 @@ struct pvfs_inode_info {
 	 * leaves it unchanged (file.c).
 	 */
 	atomic_t wb_retries;
+	/*
+	 * Open file descriptions of the inode (on its mount), and what its
+	 * OPEN told the daemon: the gen (that OPEN's tag) and the modes.  The
+	 * first open sends OPEN, as does one that widens the modes; the last
+	 * release queues a CLOSE.  Under open_mutex; open_link (on
+	 * sbi->open_inodes while open_count > 0) under sbi->open_lock.
+	 */
+	struct mutex open_mutex;
+	unsigned int open_count;
+	u64 open_gen;
+	u32 open_mode;
+	struct list_head open_link;
 };
 
 /*
@@ -274,6 +306,23 @@ extern const struct file_operations pvfs_dir_fops;
 
 /* file.c */
 extern const struct file_operations pvfs_file_fops;
+/* The open side of a mount: set up at fill_super, ended at kill_sb. */
+void pvfs_open_init(struct pvfs_sb_info *sbi);
+/* Before the inodes go: no more replayed OPENs. */
+void pvfs_open_stop(struct pvfs_sb_info *sbi);
+/* After the inodes went, before DETACH: the last CLOSEs go now. */
+void pvfs_open_end(struct pvfs_sb_info *sbi);
+/*
+ * An open of @inode for @file: OPEN at the inode's first open on the mount
+ * (or one for more modes), else the GETATTR of close-to-open.
+ */
+int pvfs_open_get(struct inode *inode, struct file *file);
+/* Is the release of @file the inode's last on the mount? */
+bool pvfs_open_last(struct inode *inode);
+/* A release: the last queues the inode's CLOSE. */
+void pvfs_open_release(struct inode *inode);
+/* finish_open()'s opener for a file pvfs_atomic_open created. */
+int pvfs_open_created(struct inode *inode, struct file *file);
 extern const struct address_space_operations pvfs_aops;
 
 /* xattr.c */

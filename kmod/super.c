@@ -308,6 +308,7 @@ static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 		return -ENOMEM;
 	sb->s_fs_info = sbi;
 	sbi->sb = sb;
+	pvfs_open_init(sbi);
 	sbi->opts = *opts;
 	if (fc->sb_flags & SB_SYNCHRONOUS)
 		sbi->opts.sync = true;
@@ -450,11 +451,17 @@ static void pvfs_kill_sb(struct super_block *sb)
 {
 	struct pvfs_sb_info *sbi = sb->s_fs_info;
 
+	if (sbi)
+		pvfs_open_stop(sbi);
 	/* inodes go first: writing back their pages still needs the daemon */
 	kill_anon_super(sb);
 	if (!sbi)
 		return;
+	/* the last CLOSEs before the DETACH */
+	pvfs_open_end(sbi);
 	pvfs_mount_unregister(sbi);
+	/* a HELLO until the unregistering may have queued it */
+	cancel_work_sync(&sbi->reclaim_work);
 	kfree(sbi->source);
 	kfree(sbi->daemon_options);
 	kfree(sbi);

@@ -20,6 +20,10 @@ namespace {
 // A replayed ATTACH's pauses between tries: doubling up to the maximum.
 constexpr std::chrono::milliseconds first_backoff{1000};
 constexpr std::chrono::seconds max_backoff{10};
+// The cancel id of renewals: never a kernel tag (those start at 1).
+constexpr std::uint64_t renew_cancel_id = 0;
+// Renewals come this often within a lease (the server's config).
+constexpr unsigned renewals_per_lease = 3;
 
 } // namespace
 
@@ -37,6 +41,7 @@ Handler::~Handler()
         if (!op->done)
             loop_->cancel(tag);
     }
+    loop_->cancel(renew_cancel_id);
 }
 
 void Handler::start(Upcall up)
@@ -200,6 +205,53 @@ void Handler::run_timers()
         timers_.erase(timers_.begin());
         resume_parked(op);
     }
+    start_renewals();
+}
+
+Task<void> Handler::renew(Renewal &r)
+{
+    if (const int rc = co_await r.client->co_renew(); rc != 0)
+        gossip::warning(gossip::Mask::pvfsd, "renewing the holds of open files: {}",
+                        client::error_text(rc));
+    r.opens->renewing = false;
+}
+
+void Handler::start_renewals()
+{
+    // Those done first: result() rethrows what escaped one.
+    for (auto it = renewals_.begin(); it != renewals_.end();) {
+        if (!it->done) {
+            ++it;
+            continue;
+        }
+        it->task.result();
+        it = renewals_.erase(it);
+    }
+    const auto now = Clock::now();
+    for (auto &[id, m] : clients_) {
+        OpenTable &t = *m.opens;
+        if (!m.client || t.entries.empty()) {
+            t.next_renew = {};
+            continue;
+        }
+        const auto period = std::max<std::chrono::milliseconds>(
+            std::chrono::milliseconds(1000),
+            std::chrono::milliseconds(m.client->cluster().defaults.lease_ms) / renewals_per_lease);
+        if (t.next_renew == Clock::time_point{})
+            t.next_renew = now + period; // the OPEN itself was contact
+        if (now < t.next_renew || t.renewing)
+            continue;
+        t.next_renew = now + period;
+        t.renewing = true;
+        Renewal &r = renewals_.emplace_back();
+        r.client = m.client;
+        r.opens = m.opens;
+        loop_->set_context(Credentials{}, renew_cancel_id);
+        r.task = renew(r);
+        r.task.start([](void *p) noexcept { static_cast<Renewal *>(p)->done = true; }, &r);
+        gossip::debug(gossip::Mask::pvfsd, "mount {}: renewing {} open file(s)", id,
+                      t.entries.size());
+    }
 }
 
 Task<std::vector<std::byte>> Handler::run(Op &op)
@@ -235,9 +287,16 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
             status = -ENOTCONN;
         } else {
             const std::shared_ptr<client::Client> c = it->second.client;
+            const std::shared_ptr<OpenTable> opens = it->second.opens;
             const MountPolicy policy = policies_[common->mount_id];
             op.once.client_id = policy.client_id;
-            status = kernel_status(co_await dispatch(up, *c, out), policy);
+            const ops::Call call{up, *c, out, ops::Slots{slots_, slot_size_}};
+            if (up.op() == PVFSD_OP_OPEN)
+                status = kernel_status(co_await ops::open(call, *opens), policy);
+            else if (up.op() == PVFSD_OP_CLOSE)
+                status = kernel_status(co_await ops::close(call, *opens), policy);
+            else
+                status = kernel_status(co_await dispatch(up, *c, out), policy);
         }
     }
     if (status < 0 && gossip::enabled(gossip::Mask::pvfsd))
@@ -385,8 +444,8 @@ Task<int> unsupported(ops::Call /*call*/)
 }
 
 // The coroutine of each op, by PVFSD_OP_* (as libfuse's fuse_ll_ops[]).
-// HELLO, ATTACH, DETACH and CANCEL never get here: Handler::start and
-// Handler::run answer them.
+// HELLO, ATTACH, DETACH, CANCEL, OPEN and CLOSE never get here:
+// Handler::start and Handler::run answer them.
 constexpr std::array<ops::Fn, PVFSD_OP_COUNT> op_table = [] {
     std::array<ops::Fn, PVFSD_OP_COUNT> t{};
     t.fill(&unsupported);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "mount_options.hpp"
+#include "open_table.hpp"
 #include "upcall.hpp"
 
 #include <pvfs/client.hpp>
@@ -13,6 +14,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <span>
@@ -55,7 +57,9 @@ public:
 
     // The backoff timers of replayed ATTACHes: how long the caller may
     // wait in Loop::poll (at most max_idle_ms), and resuming the ATTACHes
-    // whose time has come.  Call run_timers after each poll.
+    // whose time has come.  Call run_timers after each poll (at least
+    // once a second): it also renews the holds of mounts with open files
+    // every lease / 3.
     [[nodiscard]] int idle_ms(int max_idle_ms) const;
     void run_timers();
 
@@ -84,6 +88,9 @@ private:
     // that came meanwhile (replayed to a new pvfsd), waiting for them.
     struct Mount {
         std::shared_ptr<client::Client> client;
+        // The kernel's open files of the mount (OPEN, CLOSE): renewed
+        // while there are any.
+        std::shared_ptr<OpenTable> opens = std::make_shared<OpenTable>();
         std::vector<Op *> attaches;
         std::vector<Op *> waiters;
     };
@@ -110,6 +117,15 @@ private:
     // Takes the op off whatever it is parked on and resumes it.
     void unpark(Op &op);
     void detach(std::uint64_t mount_id);
+    // A renewal of a mount's holds, a task of its own (no kernel op).
+    struct Renewal {
+        std::shared_ptr<client::Client> client;
+        std::shared_ptr<OpenTable> opens;
+        Task<void> task;
+        bool done = false;
+    };
+    static Task<void> renew(Renewal &r);
+    void start_renewals();
 
     HandlerOptions options_;
     std::shared_ptr<client::Loop> loop_;
@@ -118,6 +134,7 @@ private:
     std::map<std::uint64_t, Mount> clients_;        // by mount id
     std::map<std::uint64_t, MountPolicy> policies_; // by mount, as clients_
     std::multimap<Clock::time_point, Op *> timers_;
+    std::list<Renewal> renewals_;                                // running or done, not yet reaped
     std::unordered_map<std::uint64_t, std::unique_ptr<Op>> ops_; // by tag
     // The ops finished and not yet taken, first finished first.
     Op *finished_first_ = nullptr;

@@ -3,6 +3,7 @@
 // finds them in a table indexed by PVFSD_OP_*.
 #pragma once
 
+#include "open_table.hpp"
 #include "upcall.hpp"
 
 #include <pvfs/client.hpp>
@@ -57,5 +58,10 @@ Task<int> xattr_get(Call call);
 Task<int> xattr_set(Call call);
 Task<int> xattr_list(Call call);
 Task<int> xattr_remove(Call call);
+
+// The mount's open files (ops_open.cpp): Handler::run gives them the
+// mount's table.
+Task<int> open(Call call, OpenTable &table);
+Task<int> close(Call call, OpenTable &table); // answers 0: nothing waits
 
 } // namespace pvfs::pvfsd::ops

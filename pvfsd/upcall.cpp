@@ -98,7 +98,7 @@ const char *op_name(unsigned op) noexcept
         "?",         "HELLO",     "ATTACH",     "DETACH",       "LOOKUP", "GETATTR", "SETATTR",
         "CREATE",    "MKDIR",     "MKNOD",      "SYMLINK",      "LINK",   "UNLINK",  "RMDIR",
         "RENAME",    "READLINK",  "READDIR",    "READ",         "WRITE",  "FSYNC",   "STATFS",
-        "XATTR_GET", "XATTR_SET", "XATTR_LIST", "XATTR_REMOVE", "CANCEL"};
+        "XATTR_GET", "XATTR_SET", "XATTR_LIST", "XATTR_REMOVE", "CANCEL", "OPEN",    "CLOSE"};
     return op < names.size() ? names.at(op) : "?";
 }
 

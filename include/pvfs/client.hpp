@@ -434,6 +434,13 @@ public:
     int close(Handle handle);
     int renew();
     Task<int> co_open(Handle handle, std::uint32_t mode, Attr &out);
+    // pvfsd's form: `gen` names the open towards the server (a later open
+    // of the same client needs a greater one, also across processes that
+    // share the client id, as the kernel's tags are), and `reclaim` re-opens
+    // a hold this client id had before (a new pvfsd learning the kernel's
+    // open files), which the server allows on unlinked files in its grace.
+    Task<int> co_open(Handle handle, std::uint32_t mode, std::uint64_t gen, bool reclaim,
+                      Attr &out);
     Task<int> co_close(Handle handle);
     Task<int> co_renew();
 

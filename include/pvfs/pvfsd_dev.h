@@ -38,7 +38,7 @@
 #define PVFSD_DEV_MAGIC 0x53465650u
 
 /* Protocol version of this header. */
-#define PVFSD_DEV_VERSION 3u
+#define PVFSD_DEV_VERSION 4u
 
 /*
  * Upper bound on one message (header + body + tail): room for the largest
@@ -110,7 +110,17 @@ enum pvfsd_op {
 	 * real result); a CANCEL itself gets no downcall.
 	 */
 	PVFSD_OP_CANCEL = 25,
-	PVFSD_OP_COUNT = 26 /* one past the last op */
+	/*
+	 * The first open of a regular file on the mount (or one that widens
+	 * the modes it is open for): the file's attributes, and the servers
+	 * hold it for the mount until its CLOSE, so that an unlink anywhere
+	 * keeps it while open (docs/metadata.md "Orphans and open
+	 * references").  Replaces the GETATTR of close-to-open.
+	 */
+	PVFSD_OP_OPEN = 26,
+	/* The last release of files on the mount: a batch of (handle, gen). */
+	PVFSD_OP_CLOSE = 27,
+	PVFSD_OP_COUNT = 28 /* one past the last op */
 };
 
 /* pvfsd_req_common.flags */
@@ -128,6 +138,13 @@ enum pvfsd_op {
  * must stop at the end of the file.  A daemon that ignores it is right.
  */
 #define PVFSD_REQ_ZERO_FILL 0x2u
+/*
+ * OPEN only: not a new open but one the kernel holds already, told again
+ * to a daemon after its ATTACH (a new daemon learns which files the mount
+ * holds, to keep them held and re-open them after a metadata server
+ * restart).  Its gen is the first OPEN's.  Nothing waits for its answer.
+ */
+#define PVFSD_REQ_RECLAIM 0x4u
 
 /* Who asks, and for which mount: first in every upcall body but HELLO. */
 struct pvfsd_req_common {
@@ -429,6 +446,39 @@ struct pvfsd_xattr_req {
 struct pvfsd_xattr_resp {
 	__u32 size;
 	__u32 pad; /* 0 */
+};
+
+/* ---- OPEN / CLOSE ---- */
+
+#define PVFSD_OPEN_READ 0x1u  /* FMODE_READ */
+#define PVFSD_OPEN_WRITE 0x2u /* FMODE_WRITE */
+
+/*
+ * OPEN's downcall is a pvfsd_attr_resp.  Both OPEN and CLOSE are
+ * idempotent by gen: an OPEN or CLOSE of a handle with a gen older than
+ * the latest OPEN's changes nothing, so a replay needs no reply slot.
+ */
+struct pvfsd_open_req {
+	struct pvfsd_req_common common;
+	__u64 handle;
+	__u64 gen;  /* the tag of the OPEN that opened it (RECLAIM: the first's) */
+	__u32 mode; /* PVFSD_OPEN_*: every mode the mount has it open for */
+	__u32 pad;  /* 0 */
+};
+
+struct pvfsd_close_ref {
+	__u64 handle;
+	__u64 gen; /* the gen of its latest OPEN */
+};
+
+/* Most handles in one CLOSE. */
+#define PVFSD_MAX_CLOSE 64u
+
+/* CLOSE (tail: count struct pvfsd_close_ref); the downcall has no body. */
+struct pvfsd_close_req {
+	struct pvfsd_req_common common;
+	__u32 count; /* 1 .. PVFSD_MAX_CLOSE */
+	__u32 pad;   /* 0 */
 };
 
 /* ---- CANCEL ---- */

@@ -1,6 +1,7 @@
 // Client::open/close/renew: this client's holds on open files, so that
 // the metadata server keeps a file unlinked elsewhere until our last close
 // (docs/metadata.md "Orphans and open references").
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 #include <vector>
@@ -55,22 +56,28 @@ Task<void> reclaim_if_rebooted(Client::Impl &m, std::size_t server, std::uint64_
 
 Task<int> Client::co_open(Handle handle, std::uint32_t mode, Attr &out)
 {
+    co_return co_await co_open(handle, mode, impl_->open_gen + 1, false, out);
+}
+
+Task<int> Client::co_open(Handle handle, std::uint32_t mode, std::uint64_t gen, bool reclaim,
+                          Attr &out)
+{
     Impl &m = *impl_;
     if (m.client_id == 0)
         co_return -EOPNOTSUPP;
-    if ((mode & ~(open_read | open_write)) != 0)
+    if ((mode & ~(open_read | open_write)) != 0 || gen == 0)
         co_return -EINVAL;
     std::size_t server = 0;
     if (const int rc = m.meta_server_of(handle, server); rc != 0)
         co_return rc;
-    const std::uint64_t gen = ++m.open_gen;
+    m.open_gen = std::max(m.open_gen, gen);
     proto::OpenResponse r;
-    proto::RequestBody request = proto::OpenRequest{handle, m.client_id, mode, gen, false};
+    proto::RequestBody request = proto::OpenRequest{handle, m.client_id, mode, gen, reclaim};
     if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
         co_return rc;
     Impl::Opened &o = m.opened[handle];
     ++o.count;
-    o.gen = gen;
+    o.gen = std::max(o.gen, gen);
     o.mode |= mode;
     out = r.attr;
     co_await reclaim_if_rebooted(m, server, r.server_boot);

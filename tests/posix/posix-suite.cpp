@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/fs.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -479,6 +480,185 @@ void limits_and_data(const Context &c)
     expect(stat_of(c.p("big")).st_size == static_cast<off_t>(data.size()), "st_size");
 }
 
+// Bytes of a pattern no two offsets or seeds share easily.
+std::string pattern(std::size_t len, unsigned seed)
+{
+    std::string out(len, '\0');
+    for (std::size_t i = 0; i < len; ++i)
+        out[i] = static_cast<char>(((i * 2654435761U) >> 13U) + seed * 31U);
+    return out;
+}
+
+void expect_pwrite(int fd, const std::string &data, off_t at, const std::string &what)
+{
+    expect(::pwrite(fd, data.data(), data.size(), at) == static_cast<ssize_t>(data.size()),
+           what + ": pwrite " + errno_name(errno));
+}
+
+std::string pread_all(int fd, std::size_t len, const std::string &what)
+{
+    std::string out(len, '\0');
+    std::size_t done = 0;
+    while (done < len) {
+        const ssize_t n = ::pread(fd, out.data() + done, len - done, static_cast<off_t>(done));
+        expect(n > 0, what + ": pread at " + std::to_string(done) + ": " +
+                          (n < 0 ? errno_name(errno) : std::string("end of file")));
+        done += static_cast<std::size_t>(n);
+    }
+    return out;
+}
+
+// A child's end of a pipe: waits for one byte.
+void await_byte(int fd)
+{
+    char b = 0;
+    if (::read(fd, &b, 1) != 1)
+        ::_exit(3);
+}
+
+// POSIX unlink semantics: a file unlinked (or renamed over) while open
+// stays readable and writable through its open descriptors, with every
+// byte, until the last close.
+void unlink_open(const Context &c)
+{
+    // The sequence of issue 24: open, write 64 KiB, fsync, unlink, write
+    // 4 KiB, fsync, read it all back.
+    {
+        const std::string f = c.p("f");
+        UniqueFd fd(::open(f.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+        expect_rc(fd.valid() ? 0 : -1, 0, "create f");
+        std::string want = pattern(64U << 10U, 1);
+        expect_pwrite(fd.get(), want, 0, "64 KiB");
+        expect_rc(::fsync(fd.get()), 0, "fsync before the unlink");
+        expect_rc(::unlink(f.c_str()), 0, "unlink f while open");
+        struct stat st {};
+        expect_rc(::lstat(f.c_str(), &st), ENOENT, "lstat of the unlinked name");
+        const std::string more = pattern(4096, 2);
+        expect_pwrite(fd.get(), more, 8192, "4 KiB after the unlink");
+        want.replace(8192, more.size(), more);
+        expect_rc(::fsync(fd.get()), 0, "fsync after the unlink");
+        expect(pread_all(fd.get(), want.size(), "after the unlink") == want,
+               "the unlinked file's 64 KiB read back byte-exact");
+        expect_rc(::fstat(fd.get(), &st), 0, "fstat of the unlinked file");
+        expect(st.st_nlink == 0, "st_nlink " + std::to_string(st.st_nlink) + ", 0 expected");
+        expect(st.st_size == static_cast<off_t>(want.size()), "st_size after the unlink");
+        // Growing it works too.
+        const std::string tail = pattern(10000, 3);
+        expect_pwrite(fd.get(), tail, static_cast<off_t>(want.size()), "growing it");
+        want += tail;
+        expect_rc(::fsync(fd.get()), 0, "fsync of the grown file");
+        expect(pread_all(fd.get(), want.size(), "grown") == want, "the grown file read back");
+    }
+
+    // Two processes, each with its own open of the file: one unlinks it,
+    // the other then reads and writes it and exits (closing its own);
+    // the first still reads what the second wrote.
+    {
+        const std::string f = c.p("shared");
+        const std::string first = pattern(32768, 4);
+        write_file(f, first);
+        int go[2];
+        int done[2];
+        expect_rc(::pipe2(go, O_CLOEXEC), 0, "pipe");
+        expect_rc(::pipe2(done, O_CLOEXEC), 0, "pipe");
+        UniqueFd keep(::open(f.c_str(), O_RDWR | O_CLOEXEC));
+        expect_rc(keep.valid() ? 0 : -1, 0, "open shared");
+        const pid_t pid = ::fork();
+        expect_rc(pid, 0, "fork");
+        if (pid == 0) {
+            UniqueFd mine(::open(f.c_str(), O_RDWR | O_CLOEXEC));
+            const char ready = 'r';
+            if (!mine.valid() || ::write(done[1], &ready, 1) != 1)
+                ::_exit(2);
+            await_byte(go[0]); // the parent unlinked it
+            std::string got(first.size(), '\0');
+            if (::pread(mine.get(), got.data(), got.size(), 0) !=
+                    static_cast<ssize_t>(got.size()) ||
+                got != first)
+                ::_exit(4);
+            const std::string second = pattern(5000, 5);
+            if (::pwrite(mine.get(), second.data(), second.size(), 30000) !=
+                    static_cast<ssize_t>(second.size()) ||
+                ::fsync(mine.get()) != 0)
+                ::_exit(5);
+            ::_exit(0);
+        }
+        ::close(go[0]);
+        ::close(done[1]);
+        char b = 0;
+        expect(::read(done[0], &b, 1) == 1, "the child opened the file");
+        expect_rc(::unlink(f.c_str()), 0, "unlink shared");
+        expect(::write(go[1], "g", 1) == 1, "tell the child");
+        int status = 0;
+        expect(::waitpid(pid, &status, 0) == pid, "waitpid");
+        ::close(go[1]);
+        ::close(done[0]);
+        expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "the second process read and wrote the unlinked file (exit " +
+                   std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+        std::string want = first;
+        const std::string second = pattern(5000, 5);
+        want.resize(30000 + second.size());
+        want.replace(30000, second.size(), second);
+        expect(pread_all(keep.get(), want.size(), "shared") == want,
+               "the first process sees the second's write byte-exact");
+    }
+
+    // A shared mapping of an unlinked file: stores through it reach the
+    // file, and writes to the file show in the mapping.
+    {
+        const std::string f = c.p("mapped");
+        constexpr std::size_t len = 16384;
+        UniqueFd fd(::open(f.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+        expect_rc(fd.valid() ? 0 : -1, 0, "create mapped");
+        expect_rc(::ftruncate(fd.get(), len), 0, "ftruncate mapped");
+        void *addr = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+        expect(addr != MAP_FAILED, "mmap MAP_SHARED");
+        auto *bytes = static_cast<char *>(addr);
+        expect_rc(::unlink(f.c_str()), 0, "unlink mapped");
+        const std::string stored = pattern(len, 6);
+        std::memcpy(bytes, stored.data(), len);
+        const int ms = ::msync(addr, len, MS_SYNC);
+        const int ms_errno = errno;
+        const std::string got = pread_all(fd.get(), len, "mapped");
+        const std::string over = pattern(100, 7);
+        const bool wrote =
+            ::pwrite(fd.get(), over.data(), over.size(), 200) == static_cast<ssize_t>(over.size());
+        const bool seen = wrote && std::memcmp(bytes + 200, over.data(), over.size()) == 0;
+        ::munmap(addr, len);
+        errno = ms_errno;
+        expect_rc(ms, 0, "msync of the unlinked file's mapping");
+        expect(got == stored, "stores through the mapping read back byte-exact");
+        expect(seen, "a write to the unlinked file shows in its mapping");
+        std::string want = stored;
+        want.replace(200, over.size(), over);
+        expect_rc(::fsync(fd.get()), 0, "fsync mapped");
+        expect(pread_all(fd.get(), len, "mapped after munmap") == want,
+               "the unlinked file after munmap");
+    }
+
+    // Rename over an open file: its descriptor keeps the old file.
+    {
+        const std::string g = c.p("g");
+        const std::string h = c.p("h");
+        std::string old_data = pattern(20000, 8);
+        const std::string new_data = pattern(7000, 9);
+        write_file(g, old_data);
+        write_file(h, new_data);
+        UniqueFd fd(::open(g.c_str(), O_RDWR | O_CLOEXEC));
+        expect_rc(fd.valid() ? 0 : -1, 0, "open g");
+        expect_rc(::rename(h.c_str(), g.c_str()), 0, "rename h over the open g");
+        expect(read_file(g) == new_data, "g is the renamed file");
+        const std::string patch = pattern(3000, 10);
+        expect_pwrite(fd.get(), patch, 15000, "the replaced file");
+        old_data.replace(15000, patch.size(), patch);
+        expect_rc(::fsync(fd.get()), 0, "fsync of the replaced file");
+        expect(pread_all(fd.get(), old_data.size(), "replaced") == old_data,
+               "the replaced file read back byte-exact through its descriptor");
+        expect(read_file(g) == new_data, "g unchanged by writes to the replaced file");
+    }
+}
+
 const std::vector<std::pair<std::string, Case>> &cases()
 {
     static const std::vector<std::pair<std::string, Case>> all = {
@@ -493,6 +673,7 @@ const std::vector<std::pair<std::string, Case>> &cases()
         {"timestamps", timestamps},
         {"directory_listing", directory_listing},
         {"limits_and_data", limits_and_data},
+        {"unlink_open", unlink_open},
     };
     return all;
 }

@@ -40,7 +40,7 @@ ATF_TEST_CASE_BODY(magic_spells_pvfs)
 ATF_TEST_CASE_WITHOUT_HEAD(limits);
 ATF_TEST_CASE_BODY(limits)
 {
-    ATF_REQUIRE_EQ(PVFSD_DEV_VERSION, 3U);
+    ATF_REQUIRE_EQ(PVFSD_DEV_VERSION, 4U);
     // A reply slot of a mount is a slot of its session on the servers.
     ATF_REQUIRE(PVFSD_REPLY_SLOTS <= pvfs::proto::max_slots);
     ATF_REQUIRE(PVFSD_NO_SLOT >= pvfs::proto::max_slots);
@@ -75,7 +75,7 @@ ATF_TEST_CASE_BODY(numbering_matches_the_protocol)
     ATF_REQUIRE_EQ(PVFSD_SET_MTIME, pvfs::proto::set_mtime);
     ATF_REQUIRE_EQ(PVFSD_SET_ATIME_NOW, pvfs::proto::set_atime_now);
     ATF_REQUIRE_EQ(PVFSD_SET_MTIME_NOW, pvfs::proto::set_mtime_now);
-    ATF_REQUIRE_EQ(PVFSD_OP_COUNT, PVFSD_OP_CANCEL + 1);
+    ATF_REQUIRE_EQ(PVFSD_OP_COUNT, PVFSD_OP_CLOSE + 1);
 }
 
 namespace {
@@ -145,6 +145,15 @@ ATF_TEST_CASE_BODY(body_layouts)
     require_size<pvfsd_xattr_req>(184, END_OF(pvfsd_xattr_req, pad));
     require_size<pvfsd_xattr_resp>(8, END_OF(pvfsd_xattr_resp, pad));
     require_size<pvfsd_cancel_req>(8, END_OF(pvfsd_cancel_req, target_tag));
+    require_size<pvfsd_open_req>(184, END_OF(pvfsd_open_req, pad));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_open_req, gen), 168U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_open_req, mode), 176U);
+    require_size<pvfsd_close_ref>(16, END_OF(pvfsd_close_ref, gen));
+    require_size<pvfsd_close_req>(168, END_OF(pvfsd_close_req, pad));
+    // The largest CLOSE fits a message.
+    ATF_REQUIRE(sizeof(pvfsd_msg_hdr) + sizeof(pvfsd_close_req) +
+                    PVFSD_MAX_CLOSE * sizeof(pvfsd_close_ref) <=
+                PVFSD_DEV_MAX_MSG);
 }
 
 ATF_INIT_TEST_CASES(tcs)

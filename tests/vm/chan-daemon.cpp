@@ -12,8 +12,8 @@
 //       behaved.
 //   chan-daemon serve [--hold OP] [--die-after OP] [--lie OP:KIND]... [--lies FILE]
 //       Answers ATTACH (a root directory), STATFS, DETACH and the namespace
-//       ops of a small file system kept in memory (LOOKUP, GETATTR,
-//       SETATTR, CREATE, MKDIR, MKNOD, SYMLINK, LINK, UNLINK, RMDIR) until
+//       ops of a small file system kept in memory (LOOKUP, GETATTR, OPEN,
+//       CLOSE, SETATTR, CREATE, MKDIR, MKNOD, SYMLINK, LINK, UNLINK, RMDIR) until
 //       killed, printing one line per upcall: "OP tag=T mount=M [replayed]".
 //       --hold OP: read upcalls of OP but never answer them.
 //       --die-after OP: exit at once after reading an upcall of OP (a
@@ -698,6 +698,7 @@ bool tell_lie(Msg &m, const std::string &kind)
     case PVFSD_OP_ATTACH:
     case PVFSD_OP_LOOKUP:
     case PVFSD_OP_GETATTR:
+    case PVFSD_OP_OPEN:
     case PVFSD_OP_SETATTR:
     case PVFSD_OP_CREATE:
     case PVFSD_OP_MKDIR:
@@ -823,6 +824,13 @@ private:
             Node *n = find(up.body<pvfsd_handle_req>().handle);
             return n != nullptr ? attr_answer(h, n->attr) : make_empty(h.op, tag, -ENOENT);
         }
+        case PVFSD_OP_OPEN: {
+            // No holds: an unlinked file goes at once, as it did before.
+            Node *n = find(up.body<pvfsd_open_req>().handle);
+            return n != nullptr ? attr_answer(h, n->attr) : make_empty(h.op, tag, -ENOENT);
+        }
+        case PVFSD_OP_CLOSE:
+            return make_empty(h.op, tag, 0);
         case PVFSD_OP_SETATTR:
             return setattr(up);
         case PVFSD_OP_CREATE: {

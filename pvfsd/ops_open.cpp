@@ -1,0 +1,133 @@
+// OPEN and CLOSE: the kernel's open files of a mount, held on the metadata
+// servers through Client::co_open/co_close, so that a file unlinked
+// anywhere stays while the mount has it open.  Both are idempotent by the
+// kernel's gen: a replay (to a new pvfsd) or a RECLAIM changes nothing
+// twice.
+#include "ops.hpp"
+
+#include <pvfs/gossip.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace pvfs::pvfsd::ops {
+
+namespace gossip = pvfs::gossip;
+
+static_assert(PVFSD_OPEN_READ == client::Client::open_read &&
+              PVFSD_OPEN_WRITE == client::Client::open_write);
+
+Task<int> open(Call call, OpenTable &table)
+{
+    const auto req = call.up.body<pvfsd_open_req>();
+    if (!req || req->handle == 0 || req->gen == 0 || req->pad != 0 ||
+        (req->mode & ~(PVFSD_OPEN_READ | PVFSD_OPEN_WRITE)) != 0)
+        co_return -EINVAL;
+    const Handle handle = req->handle;
+    const bool reclaim = (req->common.flags & PVFSD_REQ_RECLAIM) != 0;
+    Attr a;
+    auto it = table.entries.find(handle);
+    if (it != table.entries.end() && it->second.gen >= req->gen &&
+        (req->mode & ~it->second.mode) == 0) {
+        // Held already by this OPEN or a later one (a replay, a RECLAIM of
+        // what this pvfsd was told): attributes only.
+        const int rc = co_await call.c.co_getattr(handle, a);
+        if (rc == 0) {
+            pvfsd_attr_resp r{};
+            r.attr = to_dev_attr(a);
+            call.out.put(r);
+        }
+        co_return rc;
+    }
+    // In the table before the first co_await: a CLOSE read after this OPEN
+    // finds it, whatever finishes first.
+    if (it == table.entries.end())
+        it = table.entries.emplace(handle, OpenTable::Entry{0, 0, 0, table.next_epoch++}).first;
+    OpenTable::Entry &e = it->second;
+    e.gen = std::max<std::uint64_t>(e.gen, req->gen);
+    e.mode |= req->mode;
+    const std::uint64_t epoch = e.epoch;
+    const std::uint32_t mode = e.mode;
+    int rc = co_await call.c.co_open(handle, mode, req->gen, reclaim, a);
+    if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
+        // No session, or a metadata server without open references: the
+        // file is not held (an unlink destroys it at once), but it opens.
+        gossip::debug(gossip::Mask::pvfsd, "{:016x}: not held: {}", handle, client::error_text(rc));
+        if (const auto own = table.entries.find(handle);
+            own != table.entries.end() && own->second.epoch == epoch && own->second.opens == 0)
+            table.entries.erase(own);
+        rc = co_await call.c.co_getattr(handle, a);
+        if (rc == 0) {
+            pvfsd_attr_resp r{};
+            r.attr = to_dev_attr(a);
+            call.out.put(r);
+        }
+        co_return rc;
+    }
+    // The entry may have gone (a CLOSE, a failed OPEN) while we waited.
+    it = table.entries.find(handle);
+    const bool mine = it != table.entries.end() && it->second.epoch == epoch;
+    if (rc != 0) {
+        if (mine && it->second.opens == 0)
+            table.entries.erase(it);
+        if (reclaim)
+            gossip::warning(gossip::Mask::pvfsd,
+                            "{:016x}: the kernel's open file could not be held again: {}", handle,
+                            client::error_text(rc));
+        co_return rc;
+    }
+    if (!mine) {
+        // Closed meanwhile: this hold is nobody's.
+        static_cast<void>(co_await call.c.co_close(handle));
+    } else {
+        ++it->second.opens;
+    }
+    // The open's attributes are the metadata server's alone: a regular
+    // file's size is its data servers'.
+    rc = co_await call.c.co_getattr(handle, a);
+    if (rc != 0) {
+        // The kernel does not count an open that failed: neither do we.
+        if (const auto own = table.entries.find(handle);
+            mine && own != table.entries.end() && own->second.epoch == epoch) {
+            if (--own->second.opens == 0)
+                table.entries.erase(own);
+            static_cast<void>(co_await call.c.co_close(handle));
+        }
+        co_return rc;
+    }
+    pvfsd_attr_resp r{};
+    r.attr = to_dev_attr(a);
+    call.out.put(r);
+    co_return 0;
+}
+
+Task<int> close(Call call, OpenTable &table)
+{
+    const auto req = call.up.body<pvfsd_close_req>();
+    if (!req || req->count == 0 || req->count > PVFSD_MAX_CLOSE || req->pad != 0 ||
+        call.up.tail_size(sizeof(*req)) != req->count * sizeof(pvfsd_close_ref))
+        co_return -EINVAL;
+    const auto tail = call.up.tail(sizeof(*req), 0, req->count * sizeof(pvfsd_close_ref));
+    if (!tail)
+        co_return -EINVAL;
+    std::vector<pvfsd_close_ref> refs(req->count);
+    std::memcpy(refs.data(), tail->data(), tail->size());
+    for (const pvfsd_close_ref &ref : refs) {
+        const auto it = table.entries.find(ref.handle);
+        // Not held here (a replay), or opened again since: nothing to do.
+        if (it == table.entries.end() || it->second.gen > ref.gen)
+            continue;
+        const std::uint32_t opens = it->second.opens;
+        table.entries.erase(it);
+        for (std::uint32_t i = 0; i < opens; ++i) {
+            if (const int rc = co_await call.c.co_close(ref.handle); rc != 0)
+                gossip::debug(gossip::Mask::pvfsd, "close of {:016x}: {} (the lease ends it)",
+                              ref.handle, client::error_text(rc));
+        }
+    }
+    co_return 0;
+}
+
+} // namespace pvfs::pvfsd::ops
