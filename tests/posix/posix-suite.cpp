@@ -485,7 +485,7 @@ std::string pattern(std::size_t len, unsigned seed)
 {
     std::string out(len, '\0');
     for (std::size_t i = 0; i < len; ++i)
-        out[i] = static_cast<char>(((i * 2654435761U) >> 13U) + seed * 31U);
+        out[i] = static_cast<char>(((i * 2654435761U) >> 13U) + std::size_t{seed} * 31U);
     return out;
 }
 
