@@ -5,7 +5,8 @@
 // whole file against it.
 //
 //   pvfs-fsx FILE [--ops N] [--seconds S] [--seed S] [--max-size BYTES]
-//            [--no-direct] [--no-mmap] [--faults ERRNO,...] [--verbose]
+//            [--no-direct] [--no-mmap] [--faults ERRNO,...] [--drop-caches]
+//            [--verbose]
 //
 // --faults: for a file system under injected faults.  fsync, msync and
 // close (of a reopen) may fail with a listed errno, and so may a write (a
@@ -13,7 +14,8 @@
 // good fsync (or the write's range) may hold either its old or its new
 // value until it is written again (and, past the old size, be missing).  Any other errno
 // still fails the run.  --seconds ends the run early (for a load of a given
-// length).
+// length).  --drop-caches: the final check comes after an fsync and
+// dropping the page cache, so it reads what the file system kept (root).
 //
 // Prints the seed first, so a failure can be replayed; on the first
 // mismatch prints the op, the offset, expected and found bytes and the last
@@ -56,6 +58,7 @@ struct Settings {
     bool direct = true;
     bool mmap = true;
     bool verbose = false;
+    bool drop_caches = false; // fsync and drop the page cache before the final check
 };
 
 // Memory aligned for O_DIRECT, freed on destruction.
@@ -96,6 +99,8 @@ public:
         }
         const std::uint64_t done = op_ - 1;
         op_ = done;
+        if (s_.drop_caches && !drop_caches())
+            return 1;
         if (!check_all("final check"))
             return 1;
         std::printf("%llu ops done, file of %zu bytes matches",
@@ -305,6 +310,19 @@ private:
         return true;
     }
 
+    // The final check reads from the servers: fsync, then the page cache
+    // dropped (root only).
+    bool drop_caches()
+    {
+        log("fsync and drop_caches");
+        if (::fsync(fd_.get()) == 0 ? !synced() : !fault("fsync", errno))
+            return false;
+        const UniqueFd dc(::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC));
+        if (!dc.valid() || ::write(dc.get(), "3", 1) != 1)
+            return fail("drop_caches: " + std::string(strerrordesc_np(errno)));
+        return true;
+    }
+
     bool synced()
     {
         synced_ = model_;
@@ -451,7 +469,7 @@ int usage()
 {
     std::fprintf(stderr, "usage: pvfs-fsx FILE [--ops N] [--seconds S] [--seed S] "
                          "[--max-size BYTES] [--no-direct] [--no-mmap] [--faults ERRNO,...] "
-                         "[--verbose]\n");
+                         "[--drop-caches] [--verbose]\n");
     return 2;
 }
 
@@ -488,6 +506,8 @@ int main(int argc, char **argv)
                 s.direct = false;
             else if (a == "--no-mmap")
                 s.mmap = false;
+            else if (a == "--drop-caches")
+                s.drop_caches = true;
             else if (a == "--verbose")
                 s.verbose = true;
             else if (!a.starts_with("-") && s.path.empty())

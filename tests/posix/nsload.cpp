@@ -65,6 +65,8 @@ struct Settings {
     bool verify = false;
 };
 
+// Set by SIGTERM and SIGINT: a signal handler's only way to say so.
+// NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables)
 volatile std::sig_atomic_t stop_requested = 0;
 void on_stop(int /*sig*/)
 {
@@ -119,7 +121,7 @@ public:
             return fatal("mkdir " + dir_);
         const auto deadline = Clock::now() + std::chrono::seconds(s_.seconds);
         int rc = 0;
-        for (op_ = 1; op_ <= s_.ops && !stop_requested && Clock::now() < deadline; ++op_) {
+        for (op_ = 1; op_ <= s_.ops && stop_requested == 0 && Clock::now() < deadline; ++op_) {
             rc = step();
             if (rc != 0)
                 break;
@@ -131,7 +133,7 @@ public:
     }
 
 private:
-    int fatal(const std::string &what) const
+    [[nodiscard]] int fatal(const std::string &what) const
     {
         std::printf("worker %u: %s: %s\n", w_, what.c_str(), strerrordesc_np(errno));
         return 2;
@@ -144,7 +146,7 @@ private:
                ::fdatasync(journal_.get()) == 0;
     }
 
-    std::string path(const std::string &name) const { return dir_ + "/" + name; }
+    [[nodiscard]] std::string path(const std::string &name) const { return dir_ + "/" + name; }
 
     // err: 0 when every call of the op returned success, else its errno.
     int outcome(int err, const std::string &what)
@@ -448,7 +450,7 @@ int verify(const Settings &s)
             std::printf("LOST %s: %s\n", dir.c_str(), why.c_str());
         };
         for (const auto &[name, id] : m.certain) {
-            const auto got = read_name(dir + "/" + name);
+            const auto got = read_name(dir + '/' += name);
             if (!got)
                 lose(name + " (content id " + std::to_string(id) + ") is missing");
             else if (*got != content(w, id))
@@ -458,7 +460,7 @@ int verify(const Settings &s)
         for (const Group &g : m.groups) {
             std::map<std::string, std::optional<std::string>> got;
             for (const auto &n : g.names)
-                got[n] = read_name(dir + "/" + n);
+                got[n] = read_name(dir + '/' += n);
             bool any = false;
             for (const auto &alt : g.alternatives) {
                 bool all = true;
@@ -472,10 +474,10 @@ int verify(const Settings &s)
         const std::unique_ptr<DIR, int (*)(DIR *)> d(::opendir(dir.c_str()), ::closedir);
         if (!d) {
             if (!m.certain.empty() || errno != ENOENT)
-                lose("cannot list: " + std::string(strerrordesc_np(errno)));
+                lose(std::string("cannot list: ") + strerrordesc_np(errno));
             continue;
         }
-        while (const dirent *e = ::readdir(d.get())) {
+        while (const dirent *e = ::readdir(d.get())) { // NOLINT(concurrency-mt-unsafe): one thread
             const std::string n = e->d_name;
             if (n != "." && n != ".." && !m.certain.contains(n) && !m.grouped.contains(n))
                 lose(n + " is present but no acknowledged operation left it");
