@@ -10,9 +10,10 @@
 //
 // --faults: for a file system under injected faults.  fsync, msync and
 // close (of a reopen) may fail with a listed errno, and so may a write (a
-// short write counts as ENOSPC); then every byte changed since the last
-// good fsync (or the write's range) may hold either its old or its new
-// value until it is written again (and, past the old size, be missing).  Any other errno
+// short write counts as ENOSPC) or a truncate (then what it would change is
+// uncertain); then every byte changed since the last good fsync (or the
+// write's range) may hold either its old or its new value until it is
+// written again (and, past the old size, be missing).  Any other errno
 // still fails the run.  --seconds ends the run early (for a load of a given
 // length).  --drop-caches: the final check comes after an fsync and
 // dropping the page cache, so it reads what the file system kept (root).
@@ -283,6 +284,19 @@ private:
             old_.resize(off + len, 0);
         }
         std::fill_n(either_.begin() + static_cast<long>(off), len, 0);
+        rewritten(off, len);
+    }
+
+    // Counts (up to 2) the versions a byte had since the last good fsync:
+    // with two or more, writeback may have stored any of them.
+    void rewritten(std::size_t off, std::size_t len)
+    {
+        if (s_.faults.empty())
+            return;
+        if (versions_.size() < off + len)
+            versions_.resize(off + len, 0);
+        for (std::size_t i = off; i < off + len; ++i)
+            versions_[i] = static_cast<char>(std::min(versions_[i] + 1, 2));
     }
 
     // --faults: an allowed failure of fsync, msync or close: what changed
@@ -302,7 +316,9 @@ private:
         for (std::size_t i = 0; i < n; ++i) {
             const char was = i < synced_.size() ? synced_[i] : '\0';
             const char now = i < model_.size() ? model_[i] : '\0';
-            if ((was != now || i >= synced_.size()) && either_[i] == 0) {
+            if (i < versions_.size() && versions_[i] >= 2) {
+                either_[i] = 2;
+            } else if ((was != now || i >= synced_.size()) && either_[i] == 0) {
                 either_[i] = 1;
                 old_[i] = was;
             }
@@ -326,6 +342,7 @@ private:
     bool synced()
     {
         synced_ = model_;
+        std::fill(versions_.begin(), versions_.end(), 0);
         return true;
     }
 
@@ -353,11 +370,39 @@ private:
         const std::size_t size = rand(s_.max_size);
         log("truncate " + std::to_string(size));
         if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0)
-            return fail("ftruncate: " + std::string(strerrordesc_np(errno)));
+            return truncate_failed(size, errno);
+        const std::size_t from = std::min(size, model_.size());
+        rewritten(from, std::max(size, model_.size()) - from);
         model_.resize(size, 0);
         if (either_.size() > size) {
             either_.resize(size);
             old_.resize(size);
+        }
+        return true;
+    }
+
+    // --faults: a truncate that failed with an allowed errno may have
+    // happened or not: an extension's zeros may be missing, and what a
+    // shrink would have cut may hold anything (the old bytes, or zeros
+    // after a later extension) until written again.
+    bool truncate_failed(std::size_t size, int err)
+    {
+        if (!s_.faults.contains(err))
+            return fail("ftruncate: " + std::string(strerrordesc_np(err)));
+        log("ftruncate failed (allowed): " + std::string(strerrorname_np(err)));
+        ++faults_seen_;
+        uncertain_ = true;
+        const std::size_t old_size = model_.size();
+        const std::size_t end = std::max(old_size, size);
+        model_.resize(end, 0);
+        if (either_.size() < end) {
+            either_.resize(end, 0);
+            old_.resize(end, 0);
+        }
+        for (std::size_t i = std::min(old_size, size); i < end; ++i) {
+            if (size > old_size && either_[i] == 0)
+                old_[i] = 0;
+            either_[i] = size > old_size && either_[i] == 0 ? 1 : 2;
         }
         return true;
     }
@@ -459,6 +504,7 @@ private:
     std::vector<char> synced_;
     std::vector<char> either_;
     std::vector<char> old_;
+    std::vector<char> versions_; // per byte: versions since the last good fsync, up to 2
     bool uncertain_ = false;
     unsigned long long faults_seen_ = 0;
     std::deque<std::string> history_;
