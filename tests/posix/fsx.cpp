@@ -8,9 +8,10 @@
 //            [--no-direct] [--no-mmap] [--faults ERRNO,...] [--drop-caches]
 //            [--verbose]
 //
-// --faults: for a file system under injected faults.  fsync, msync and
-// close (of a reopen) may fail with a listed errno, and so may a write (a
-// short write counts as ENOSPC) or a truncate (then what it would change is
+// --faults: for a file system under injected faults.  fsync, msync,
+// close (of a reopen) and O_DIRECT reads (which write back their range
+// first) may fail with a listed errno, and so may a write (a short write
+// counts as ENOSPC) or a truncate (then what it would change is
 // uncertain); then every byte changed since the last good fsync (or the
 // write's range) may hold either its old or its new value until it is
 // written again (and, past the old size, be missing).  Any other errno
@@ -162,8 +163,15 @@ private:
     [[nodiscard]] bool byte_ok(std::size_t i, char c) const
     {
         const char want = i < model_.size() ? model_[i] : '\0';
-        if (c == want || i >= either_.size() || either_[i] == 0)
-            return c == want;
+        if (c == want)
+            return true;
+        // A write since the last good fsync whose writeback failed in the
+        // background may read old before any call reports it.
+        if (i < versions_.size() && versions_[i] != 0)
+            return versions_[i] >= 2 || c == (i < synced_.size() ? synced_[i] : '\0') ||
+                   (i < either_.size() && either_[i] != 0 && (either_[i] == 2 || c == old_[i]));
+        if (i >= either_.size() || either_[i] == 0)
+            return false;
         return either_[i] == 2 || c == old_[i];
     }
 
@@ -258,6 +266,7 @@ private:
                     old_[i] = model_[i];
                 either_[i] = either_[i] == 0 ? 1 : 2;
             }
+            rewritten(std::min(off, old_size), off + len - std::min(off, old_size));
             uncertain_ = true;
             ++faults_seen_;
             log(what + " failed (allowed): " + strerrorname_np(err));
@@ -271,7 +280,8 @@ private:
     [[nodiscard]] bool short_ok(std::size_t from, std::size_t to) const
     {
         for (std::size_t i = from; i < to; ++i)
-            if (i >= either_.size() || either_[i] == 0)
+            if ((i >= either_.size() || either_[i] == 0) &&
+                (i >= versions_.size() || versions_[i] == 0 || i < synced_.size()))
                 return false;
         return true;
     }
@@ -293,6 +303,7 @@ private:
     {
         if (s_.faults.empty())
             return;
+        uncertain_ = true;
         if (versions_.size() < off + len)
             versions_.resize(off + len, 0);
         for (std::size_t i = off; i < off + len; ++i)
@@ -453,8 +464,10 @@ private:
             return written(off, data.get(), len, n, "O_DIRECT pwrite");
         }
         const ssize_t n = ::pread(dfd_.get(), buf.get(), len, static_cast<off_t>(off));
+        // It writes the dirty pages of its range back first (as Linux's
+        // direct reads do) and reports their failure as an fsync would.
         if (n < 0)
-            return fail("O_DIRECT pread: " + std::string(strerrordesc_np(errno)));
+            return fault("O_DIRECT pread", errno);
         const std::size_t expect = off >= model_.size() ? 0 : std::min(len, model_.size() - off);
         if (static_cast<std::size_t>(n) != expect &&
             !(static_cast<std::size_t>(n) < expect && short_ok(off + n, off + expect)))
