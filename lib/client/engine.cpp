@@ -64,6 +64,12 @@ std::size_t response_capacity(const proto::RequestBody &body)
         return proto::max_object_sizes * 8 + 4096;
     if (std::holds_alternative<proto::ReadlinkRequest>(body))
         return max_path + 4096;
+    // handle, state, since and a 12-byte layout per orphan; handle and layout
+    // per doomed handle of a close
+    if (std::holds_alternative<proto::ListOrphansRequest>(body))
+        return proto::max_list_orphans * (8 + 1 + 8 + 12) + 4096;
+    if (std::holds_alternative<proto::CloseRequest>(body))
+        return proto::max_close_handles * (8 + 12) + 4096;
     return small_response;
 }
 
