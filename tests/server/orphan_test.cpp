@@ -39,8 +39,7 @@ constexpr std::size_t file_size = 100000;
 
 test::Cluster make_cluster(const std::string &extra = "")
 {
-    return test::Cluster(test::servers(1, 1), "request_timeout = \"5s\"\n" + extra,
-                         test::fresh_attrs());
+    return {test::servers(1, 1), "request_timeout = \"5s\"\n" + extra, test::fresh_attrs()};
 }
 
 Handle make_file(client::Client &c, const std::string &name, unsigned seed)
