@@ -177,7 +177,9 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         settings.session_ttl = std::chrono::milliseconds(server->cluster_.defaults.session_ttl_ms);
         settings.max_sessions = server->cluster_.defaults.max_sessions;
         settings.lease = std::chrono::milliseconds(server->cluster_.defaults.lease_ms);
-        // Test-only: lose replies on purpose (docs/testing.md).
+        // Test-only: lose replies on purpose (docs/testing.md).  Read at
+        // start, before the committer thread exists.
+        // NOLINTNEXTLINE(concurrency-mt-unsafe)
         if (const char *faults = std::getenv("PVFS_TEST_FAULTS");
             faults != nullptr && *faults != '\0') {
             if (!parse_faults(faults, settings.faults, error)) {
