@@ -136,24 +136,6 @@ struct SlotRecord {
     return std::move(out.bytes);
 }
 
-[[nodiscard]] int get(const Tx &tx, MDB_dbi dbi, Bytes key, Bytes &value) noexcept
-{
-    MDB_val k = lmdb::val(key);
-    MDB_val v{};
-    const int rc = mdb_get(tx.txn, dbi, &k, &v);
-    if (rc != 0)
-        return lmdb::to_errno(rc, "mdb_get");
-    value = lmdb::bytes(v);
-    return 0;
-}
-
-[[nodiscard]] int put(const Tx &tx, MDB_dbi dbi, Bytes key, Bytes value) noexcept
-{
-    MDB_val k = lmdb::val(key);
-    MDB_val v = lmdb::val(value);
-    return lmdb::to_errno(mdb_put(tx.txn, dbi, &k, &v, 0), "mdb_put");
-}
-
 [[nodiscard]] int decode_session(std::uint64_t client_id, Bytes value, SessionRecord &out)
 {
     In in(value);

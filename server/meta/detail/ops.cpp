@@ -38,29 +38,6 @@ constexpr unsigned max_depth = 1U << 20U;
 
 // ---- raw table access ----
 
-[[nodiscard]] int get(const Tx &tx, MDB_dbi dbi, Bytes key, Bytes &value) noexcept
-{
-    MDB_val k = lmdb::val(key);
-    MDB_val v{};
-    const int rc = mdb_get(tx.txn, dbi, &k, &v);
-    if (rc != 0)
-        return lmdb::to_errno(rc, "mdb_get");
-    value = lmdb::bytes(v);
-    return 0;
-}
-
-// -EEXIST (not logged) when `flags` has MDB_NOOVERWRITE and the key exists.
-[[nodiscard]] int put(const Tx &tx, MDB_dbi dbi, Bytes key, Bytes value,
-                      unsigned flags = 0) noexcept
-{
-    MDB_val k = lmdb::val(key);
-    MDB_val v = lmdb::val(value);
-    const int rc = mdb_put(tx.txn, dbi, &k, &v, flags);
-    if (rc == MDB_KEYEXIST)
-        return -EEXIST;
-    return lmdb::to_errno(rc, "mdb_put");
-}
-
 [[nodiscard]] int del(const Tx &tx, MDB_dbi dbi, Bytes key) noexcept
 {
     MDB_val k = lmdb::val(key);

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "detail/lmdb.hpp"
 #include "detail/records.hpp"
 #include "meta_store.hpp"
 #include "pvfs/perm.hpp"
@@ -41,6 +42,32 @@ struct Tx {
     // unlink and rename: is a regular file open somewhere?  nullptr: no.
     const OpenCheck *held = nullptr;
 };
+
+// Raw table access, for every file of operations: 0 or a negative errno
+// (-ENOENT for a missing key, not logged).
+[[nodiscard]] inline int get(const Tx &tx, MDB_dbi dbi, records::Bytes key,
+                             records::Bytes &value) noexcept
+{
+    MDB_val k = lmdb::val(key);
+    MDB_val v{};
+    const int rc = mdb_get(tx.txn, dbi, &k, &v);
+    if (rc != 0)
+        return lmdb::to_errno(rc, "mdb_get");
+    value = lmdb::bytes(v);
+    return 0;
+}
+
+// -EEXIST (not logged) when `flags` has MDB_NOOVERWRITE and the key exists.
+[[nodiscard]] inline int put(const Tx &tx, MDB_dbi dbi, records::Bytes key, records::Bytes value,
+                             unsigned flags = 0) noexcept
+{
+    MDB_val k = lmdb::val(key);
+    MDB_val v = lmdb::val(value);
+    const int rc = mdb_put(tx.txn, dbi, &k, &v, flags);
+    if (rc == MDB_KEYEXIST)
+        return -EEXIST;
+    return lmdb::to_errno(rc, "mdb_put");
+}
 
 // Opens the tables, creating missing ones (needs a write transaction).
 [[nodiscard]] int open_tables(MDB_txn *txn, Tables &out) noexcept;
