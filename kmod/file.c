@@ -322,12 +322,14 @@ static struct pvfs_wb_batch *pvfs_wb_filling(struct pvfs_wb *wb)
 
 /*
  * Whether a WRITE that failed with @err may succeed when sent again: the
- * daemon or a server was away or busy, or the waiter was interrupted (the
- * daemon answers a cancelled op -ECANCELED).  Its folios stay dirty for the
- * next pass.  Anything else (ENOSPC, EDQUOT, EIO, ESTALE, EFBIG, EROFS...)
- * is the file's error.
+ * waiter was interrupted (the daemon answers a cancelled op -ECANCELED),
+ * memory was short, or, on a hard mount, the daemon or a server was away.
+ * Its folios stay dirty for the next pass.  A soft mount's daemon already
+ * tried for timeo * (retrans + 1) and answers its limit as EIO (ETIMEDOUT
+ * with softerr), as its grace does without a daemon: that is final, as are
+ * ENOSPC, EDQUOT, EIO, ESTALE, EFBIG, EROFS... on any mount.
  */
-static bool pvfs_wb_transient(int err)
+static bool pvfs_wb_transient(const struct pvfs_sb_info *sbi, int err)
 {
 	switch (err) {
 	case -EINTR:
@@ -338,6 +340,7 @@ static bool pvfs_wb_transient(int err)
 	case -ECANCELED:
 	case -ENOMEM:
 	case -EAGAIN:
+		return true;
 	case -ENOTCONN:
 	case -ECONNREFUSED:
 	case -ECONNRESET:
@@ -350,7 +353,7 @@ static bool pvfs_wb_transient(int err)
 	case -ENETRESET:
 	case -EPIPE:
 	case -ESHUTDOWN:
-		return true;
+		return !sbi->opts.soft;
 	default:
 		return false;
 	}
@@ -393,7 +396,7 @@ static void pvfs_wb_end(struct pvfs_wb *wb, struct pvfs_wb_batch *b, ssize_t don
 
 	if (done == 0 || done > (ssize_t)b->len)
 		done = -EIO;
-	if (done < 0 && pvfs_wb_transient(done)) {
+	if (done < 0 && pvfs_wb_transient(PVFS_SB(wb->inode->i_sb), done)) {
 		transient = true;
 		if (done != -ERESTARTSYS && done != -EINTR && done != -ECANCELED)
 			pr_info_ratelimited(

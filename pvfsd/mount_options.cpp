@@ -93,7 +93,12 @@ MountPolicy apply_mount_options(const pvfsd_attach_req &req, std::string_view so
 
 int kernel_status(int status, const MountPolicy &policy)
 {
-    if (status == -ETIMEDOUT && !policy.softerr)
+    // A soft mount's request that could not reach its servers in time has
+    // failed for good (the kernel keeps a hard mount's transport errors as
+    // transient, and writes the pages again): the error of the soft limit.
+    if (policy.soft && status < 0 && client::transport_error(status))
+        return policy.softerr ? -ETIMEDOUT : -EIO;
+    if (status == -ETIMEDOUT)
         return -EIO;
     return status;
 }

@@ -32,8 +32,11 @@ MountPolicy apply_mount_options(const pvfsd_attach_req &req, std::string_view so
 // this boot after a pvfsd restart, another client after a reboot.
 std::string session_owner(std::string_view source, std::uint64_t mount_id);
 
-// The status a mount's op answers the kernel with: a soft mount's timeout is
-// EIO unless softerr (a hard mount's requests do not time out).
+// The status a mount's op answers the kernel with: on a soft mount every
+// error of the way to the servers (refused, unreachable, timed out) is EIO,
+// or ETIMEDOUT with softerr; a hard mount's requests do not time out (one
+// that did is EIO), and its other transport errors pass, for the kernel to
+// try again.
 int kernel_status(int status, const MountPolicy &policy);
 
 } // namespace pvfs::pvfsd

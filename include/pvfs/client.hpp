@@ -117,6 +117,11 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// Whether `error` (a negative errno) is one of the way to a server rather
+// than of the request (refused, reset, unreachable, timed out): worth
+// another try, and what a soft mount reports as its timeout.
+[[nodiscard]] bool transport_error(int error) noexcept;
+
 struct Options {
     // Where the file system is: a URL "tcp://host:port/fsname" (the config
     // is fetched from that server), or a config file path.

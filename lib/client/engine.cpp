@@ -346,9 +346,6 @@ void Loop::Impl::on_completion(Rpc &r, const bmi::Completion &c)
     }
 }
 
-namespace {
-
-// Errors of the way to a server, not of the request: worth another try.
 bool transport_error(int error) noexcept
 {
     switch (-error) {
@@ -359,6 +356,7 @@ bool transport_error(int error) noexcept
     case EPIPE:
     case EHOSTUNREACH:
     case ENETUNREACH:
+    case ENETDOWN:
     case EHOSTDOWN:
     case ENOTCONN:
     case ESHUTDOWN:
@@ -367,8 +365,6 @@ bool transport_error(int error) noexcept
         return false;
     }
 }
-
-} // namespace
 
 bool Loop::Impl::may_retry(const Batch &b, const Rpc &r, Clock::time_point now)
 {

@@ -215,6 +215,8 @@ ATF_TEST_CASE_BODY(mount_options)
     // a hard mount's op never answers ETIMEDOUT; if one came, EIO
     ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ETIMEDOUT, p), -EIO);
     ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ENOENT, p), -ENOENT);
+    // a hard mount's transport errors stay transient for the kernel
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ECONNREFUSED, p), -ECONNREFUSED);
 
     pvfs::client::Options soft;
     p = apply_mount_options(a, source, "soft,timeo=4,retrans=1,bogus", soft);
@@ -223,12 +225,17 @@ ATF_TEST_CASE_BODY(mount_options)
     ATF_REQUIRE(soft.request_timeout == 8s);
     ATF_REQUIRE(soft.retry_timeout == 4s);
     ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ETIMEDOUT, p), -EIO);
+    // a server that stayed away: the soft limit's error, final for writeback
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ECONNREFUSED, p), -EIO);
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-EHOSTUNREACH, p), -EIO);
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ENOSPC, p), -ENOSPC);
 
     pvfs::client::Options softerr;
     p = apply_mount_options(a, source, "soft,softerr,timeo=2,retrans=0", softerr);
     ATF_REQUIRE(p.soft && p.softerr);
     ATF_REQUIRE(softerr.request_timeout == 2s);
     ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ETIMEDOUT, p), -ETIMEDOUT);
+    ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ECONNRESET, p), -ETIMEDOUT);
 
     // No options text (an older module's): hard, NFS's timeo and retrans.
     pvfs::client::Options none;
