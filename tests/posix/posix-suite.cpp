@@ -673,7 +673,10 @@ void run_as(uid_t id, const std::vector<gid_t> &groups, const std::function<void
     int down[2]; // parent -> child: go on
     expect_rc(::pipe2(up, O_CLOEXEC), 0, "pipe");
     expect_rc(::pipe2(down, O_CLOEXEC), 0, "pipe");
-    UniqueFd up_r(up[0]), up_w(up[1]), down_r(down[0]), down_w(down[1]);
+    UniqueFd up_r(up[0]);
+    UniqueFd up_w(up[1]);
+    UniqueFd down_r(down[0]);
+    UniqueFd down_w(down[1]);
     std::fflush(stdout);
     const pid_t pid = ::fork();
     expect_rc(pid, 0, "fork");
