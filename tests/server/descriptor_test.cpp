@@ -137,8 +137,55 @@ ATF_TEST_CASE_BODY(by_open_keeps_owner_rules)
     require(attr.uid == 0 && attr.mode == 0666 && attr.size == 3, "owner, mode or size wrong");
 }
 
+// A by_open setattr is a change like any other: a retry with its ids gets
+// the first result from the reply cache, even once the claim would be
+// refused, and never runs twice.
+ATF_TEST_CASE_WITHOUT_HEAD(by_open_retry_from_reply_cache);
+ATF_TEST_CASE_BODY(by_open_retry_from_reply_cache)
+{
+    test::Cluster cl = make_cluster();
+    auto root = cl.connect();
+    std::string error;
+    const auto loop = client::Loop::create(error);
+    require(loop != nullptr, "loop: " + error);
+    client::Options o = test::fresh_attrs();
+    o.loop = loop;
+    o.client_id = 0xD35C;
+    o.caller_slots = 1;
+    o.credentials = Credentials{user, user, {}};
+    o.check_data_access = false;
+    auto a = cl.connect(o);
+    Attr attr;
+    require_rc(root->mkdir(root_handle, "tmp", 0777, attr), 0, "mkdir 0777");
+    require_rc(a->create(attr.handle, "zero", 0, true, {}, attr), 0, "create mode 0");
+    const Handle h = attr.handle;
+    require_rc(a->write(h, 0, test::pattern(100, 1)), 100, "write");
+    require_rc(a->open(h, client::Client::open_write, attr), 0, "open for writing");
+
+    client::OnceOp first{o.client_id, 0, 100, 0};
+    loop->set_context(o.credentials, 0, &first);
+    require_rc(a->setattr(h, truncation(10, true), attr), 0, "by_open with a write open");
+    loop->set_context(o.credentials, 0);
+    require_rc(a->close(h), 0, "close");
+
+    // The same ids again (a pvfsd restart replaying the kernel's op): the
+    // first answer, though the claim is no longer true.
+    client::OnceOp retry{o.client_id, 0, 100, 0};
+    loop->set_context(o.credentials, 0, &retry);
+    require_rc(a->setattr(h, truncation(10, true), attr), 0, "the retry");
+    // A new op with the same claim runs, and is refused before the data
+    // is cut: no open now.
+    client::OnceOp next{o.client_id, 0, 101, 0};
+    loop->set_context(o.credentials, 0, &next);
+    require_rc(a->setattr(h, truncation(5, true), attr), -EACCES, "a new by_open after the close");
+    loop->set_context(o.credentials, 0);
+    require_rc(root->getattr(h, attr), 0, "getattr");
+    require(attr.size == 10, "size " + std::to_string(attr.size) + ", not 10");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, by_open_retry_from_reply_cache);
     ATF_ADD_TEST_CASE(tcs, by_open_needs_a_write_open);
     ATF_ADD_TEST_CASE(tcs, by_open_keeps_owner_rules);
 }
