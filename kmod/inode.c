@@ -276,6 +276,13 @@ int pvfs_setattr(PVFS_IDMAP_T *idmap, struct dentry *dentry, struct iattr *iattr
 		req->common.fsuid = from_kuid(&init_user_ns, inode->i_uid);
 		req->common.fsgid = from_kgid(&init_user_ns, inode->i_gid);
 	}
+	/*
+	 * Through a file open for writing (ftruncate): the open decides, as on
+	 * a local file system, and the servers check that it is held.
+	 */
+	if ((iattr->ia_valid & ATTR_FILE) && iattr->ia_file &&
+	    (iattr->ia_file->f_mode & FMODE_WRITE))
+		req->common.flags |= PVFSD_REQ_BY_FILE;
 	req->handle = PVFS_I(inode)->handle;
 	req->mask = mask;
 	req->mode = iattr->ia_mode & 07777;

@@ -73,7 +73,10 @@ Task<int> fsync(Call call)
     const auto req = call.up.body<pvfsd_fsync_req>();
     if (!req)
         co_return -EINVAL;
-    co_return co_await call.c.co_fsync(req->handle);
+    // Our "data written" is true of data the kernel let through a file
+    // open for writing; the metadata server takes the claim only while
+    // this mount holds the file open for writing.
+    co_return co_await call.c.co_fsync(req->handle, true);
 }
 
 Task<int> statfs(Call call)

@@ -94,6 +94,9 @@ Task<int> setattr(Call call)
     s.mtime = to_timespec(req->mtime);
     s.truncate = (req->mask & PVFSD_SET_SIZE) != 0;
     s.size = req->size;
+    // The kernel decided by the open (ATTR_FILE on a file open for
+    // writing); the metadata server checks that we hold such an open.
+    s.by_open = (req->common.flags & PVFSD_REQ_BY_FILE) != 0;
     Attr a;
     const int rc = co_await call.c.co_setattr(req->handle, s, a);
     if (rc == 0)

@@ -203,6 +203,9 @@ struct WriteHandler {
     // orphan's data objects anyway (it does not know `orphaned`).
     const meta::OpenCheck &held;
     bool knows_orphaned = false;
+    // A setattr's by_open claim holds: its session has the file open for
+    // writing (MetaService::holds_write_open).
+    bool writer = false;
 
     [[nodiscard]] std::optional<bool> orphaned(const meta::Removed &r) const
     {
@@ -213,13 +216,16 @@ struct WriteHandler {
     {
         proto::SetattrResponse out;
         int rc = 0;
-        if (s.mask == proto::set_ctime) {
+        const std::uint32_t mask = s.mask & ~proto::setattr_by_open;
+        if (mask == proto::set_ctime) {
             // "The caller wrote or truncated the data": mtime and ctime now,
-            // setuid/setgid cleared, write access needed (docs/protocol.md).
-            rc = batch.data_written(cred, s.handle, out.attr);
+            // setuid/setgid cleared, write access (or a write open) needed
+            // (docs/protocol.md).
+            rc = batch.data_written(cred, s.handle, out.attr, writer);
         } else {
             perm::AttrChange change;
-            change.mask = s.mask & ~proto::set_ctime; // ctime follows any change
+            change.mask = mask & ~proto::set_ctime; // ctime follows any change
+            change.writer = writer;
             change.mode = s.mode;
             change.uid = s.uid;
             change.gid = s.gid;
@@ -511,11 +517,30 @@ void MetaService::respond_read(const Origin &origin, const Credentials &cred,
         loop_.respond_error(origin, -rc);
 }
 
+bool MetaService::holds_write_open(std::uint64_t client_id, Handle handle)
+{
+    if (client_id == 0)
+        return false;
+    const std::lock_guard lock(open_mutex_);
+    const auto it = holds_.find(handle);
+    return it != holds_.end() &&
+           std::any_of(it->second.begin(), it->second.end(), [&](const Holder &h) {
+               return h.client_id == client_id && (h.mode & proto::open_write) != 0;
+           });
+}
+
 void MetaService::apply(meta::WriteBatch &batch, Job &job)
 {
     const bool knows = job.origin.knows_orphaned;
+    // A by_open claim is believed only from the session holding a write
+    // open: a request without ids names no session, and a client that is
+    // wrong (or lies) about its opens gets the mode's answer.
+    bool writer = false;
+    if (const auto *s = std::get_if<proto::SetattrRequest>(&job.body);
+        s != nullptr && (s->mask & proto::setattr_by_open) != 0 && job.once.present())
+        writer = holds_write_open(job.once.client_id, s->handle);
     const int rc = std::visit(
-        WriteHandler{batch, job.cred, job.response, knows ? open_check_ : no_check_, knows},
+        WriteHandler{batch, job.cred, job.response, knows ? open_check_ : no_check_, knows, writer},
         job.body);
     job.error = rc < 0 ? -rc : 0;
 }

@@ -114,6 +114,9 @@ private:
     void apply_close(meta::WriteBatch &batch, Job &job);
     static void apply_orphan_done(meta::WriteBatch &batch, Job &job);
     [[nodiscard]] bool held_or_dying(Handle handle);
+    // Whether session client_id holds handle open for writing (a
+    // setattr's by_open claim, meta_service.cpp).
+    [[nodiscard]] bool holds_write_open(std::uint64_t client_id, Handle handle);
     void touch(std::uint64_t client_id);
     void drop_holds(std::uint64_t client_id);
     void sweep_holds(meta::WriteBatch &batch, Clock::time_point now);

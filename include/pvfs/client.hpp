@@ -214,6 +214,12 @@ struct SetAttr {
     Timespec mtime;
     bool truncate = false; // regular files: set the size to `size`
     std::uint64_t size = 0;
+    // Asked through a file open for writing (pvfsd: the kernel's ATTR_FILE
+    // on such a file, as ftruncate): the metadata server then allows the
+    // size and times to now without write permission by the mode if this
+    // client holds the file open for writing (open()).  Ownership rules
+    // stay; docs/protocol.md, setattr's by_open bit.
+    bool by_open = false;
 };
 
 struct StatFs {
@@ -400,9 +406,11 @@ public:
                             std::span<const std::byte> memory);
     Task<std::int64_t> co_write_list(Handle handle, std::span<const Region> regions,
                                      std::span<const std::byte> memory);
-    // Makes the file's data durable on every data server it uses.
-    int fsync(Handle handle);
-    Task<int> co_fsync(Handle handle);
+    // Makes the file's data durable on every data server it uses.  by_open:
+    // the "data written" it tells the metadata server is allowed by this
+    // client's open for writing (SetAttr::by_open), not only by the mode.
+    int fsync(Handle handle, bool by_open = false);
+    Task<int> co_fsync(Handle handle, bool by_open = false);
 
     // ---- the rest --------------------------------------------------------
     int statfs(StatFs &out);

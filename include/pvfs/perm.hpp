@@ -116,6 +116,10 @@ struct AttrChange {
     Timespec atime;
     Timespec mtime;
     Timespec ctime;
+    // The caller holds the file open for writing (the server checked):
+    // times to now need no write permission by the mode, as through a
+    // descriptor on Linux (ftruncate).  Ownership rules do not change.
+    bool writer = false;
 };
 
 // Checks that the caller may make `change` to `current` and computes the
@@ -131,7 +135,7 @@ struct AttrChange {
 //     since 2.2.13; chown(2));
 //   - explicit times, or only one of atime/mtime to "now": the owner or
 //     root (-EPERM); both to "now": also anyone with write access
-//     (-EACCES otherwise) (utimensat(2));
+//     (-EACCES otherwise) (utimensat(2)); any to "now": also a `writer`;
 //   - explicit ctime: root only (-EPERM);
 //   - any change sets ctime to now (unless given explicitly).
 // An empty mask changes nothing and always succeeds.

@@ -165,6 +165,10 @@ inline constexpr std::uint32_t set_atime_now = 1U << 5U;
 inline constexpr std::uint32_t set_mtime_now = 1U << 6U;
 inline constexpr std::uint32_t set_ctime = 1U << 7U;
 inline constexpr std::uint32_t set_all = (1U << 8U) - 1;
+// Not a field but a claim: the caller's kernel let it do this through a
+// file open for writing.  The metadata server believes it only when the
+// request's session holds the file open for writing (docs/protocol.md).
+inline constexpr std::uint32_t setattr_by_open = 1U << 8U;
 
 inline constexpr std::uint32_t rename_noreplace = 1;
 inline constexpr std::uint32_t rename_exchange = 2;

@@ -145,6 +145,14 @@ enum pvfsd_op {
  * restart).  Its gen is the first OPEN's.  Nothing waits for its answer.
  */
 #define PVFSD_REQ_RECLAIM 0x4u
+/*
+ * SETATTR only: asked through a file open for writing (ATTR_FILE, as
+ * ftruncate), so the kernel has decided by the open, not by the mode.  The
+ * daemon claims it to the metadata server (setattr's by_open), which
+ * believes it only while the mount holds the file open for writing.  A
+ * daemon that ignores it is safe: the mode decides, as before.
+ */
+#define PVFSD_REQ_BY_FILE 0x8u
 
 /* Who asks, and for which mount: first in every upcall body but HELLO. */
 struct pvfsd_req_common {

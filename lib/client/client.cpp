@@ -345,7 +345,8 @@ Task<int> Client::co_access(Handle handle, std::uint32_t mask)
 Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
 {
     Impl &m = *impl_;
-    std::uint32_t mask = change.mask;
+    const std::uint32_t mask = change.mask;
+    const std::uint32_t by_open = change.by_open ? proto::setattr_by_open : 0U;
     m.forget_access(handle);
     if (change.truncate) {
         // The data servers would truncate for anyone: ask first.
@@ -367,21 +368,24 @@ Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
             rpcs[slot].req.body = proto::TruncateObjectRequest{handle, *size};
             ptrs.push_back(&rpcs[slot]);
         }
+        // A truncation changes mtime and ctime and clears setuid/setgid, as
+        // a write does: set_ctime alone says "data changed"
+        // (docs/protocol.md).  It goes first, so that a truncation the
+        // metadata server refuses (no write access, or a by_open claim
+        // without a write open) leaves the data alone.  Other changes go
+        // in a second request.
+        proto::SetattrResponse written;
+        m.forget(handle);
+        proto::RequestBody request =
+            proto::SetattrRequest{handle, proto::set_ctime | by_open, 0, 0, 0, {}, {}};
+        if (const int rc = co_await m.meta_call(handle, std::move(request), written); rc != 0)
+            co_return rc;
+        m.written.erase(handle);
         co_await m.run(ptrs);
         for (const Rpc *r : ptrs) {
             if (const int rc = r->result(); rc != 0)
                 co_return rc;
         }
-        // A truncation changes mtime and ctime and clears setuid/setgid, as
-        // a write does: set_ctime alone says "data changed"
-        // (docs/protocol.md).  Other changes go in a second request.
-        proto::SetattrResponse written;
-        m.forget(handle);
-        proto::RequestBody request =
-            proto::SetattrRequest{handle, proto::set_ctime, 0, 0, 0, {}, {}};
-        if (const int rc = co_await m.meta_call(handle, std::move(request), written); rc != 0)
-            co_return rc;
-        m.written.erase(handle);
         if (mask == 0) {
             if (const int rc = co_await m.complete_attr(written.attr); rc != 0)
                 co_return rc;
@@ -393,7 +397,7 @@ Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
     m.forget(handle);
     proto::SetattrResponse r;
     if (mask != 0) {
-        const proto::SetattrRequest req{handle,      mask & ~proto::set_ctime,
+        const proto::SetattrRequest req{handle,      (mask & ~proto::set_ctime) | by_open,
                                         change.mode, change.uid,
                                         change.gid,  change.atime,
                                         change.mtime};

@@ -110,7 +110,7 @@ Task<std::int64_t> Client::co_write_list(Handle handle, std::span<const Region> 
                                  memory.size(), true);
 }
 
-Task<int> Client::co_fsync(Handle handle)
+Task<int> Client::co_fsync(Handle handle, bool by_open)
 {
     Impl &m = *impl_;
     Attr a;
@@ -135,8 +135,8 @@ Task<int> Client::co_fsync(Handle handle)
     if (m.written.erase(handle) != 0) {
         proto::SetattrResponse r;
         m.forget(handle);
-        proto::RequestBody request =
-            proto::SetattrRequest{handle, proto::set_ctime, 0, 0, 0, {}, {}};
+        const std::uint32_t mask = proto::set_ctime | (by_open ? proto::setattr_by_open : 0U);
+        proto::RequestBody request = proto::SetattrRequest{handle, mask, 0, 0, 0, {}, {}};
         co_return co_await m.meta_call(handle, std::move(request), r);
     }
     co_return 0;

@@ -113,9 +113,9 @@ std::int64_t Client::write_list(Handle handle, std::span<const Region> regions,
     return impl_->engine->wait(co_write_list(handle, regions, memory));
 }
 
-int Client::fsync(Handle handle)
+int Client::fsync(Handle handle, bool by_open)
 {
-    return impl_->engine->wait(co_fsync(handle));
+    return impl_->engine->wait(co_fsync(handle, by_open));
 }
 
 int Client::statfs(StatFs &out)

@@ -28,8 +28,8 @@ constexpr std::uint32_t invalid_id = 0xFFFFFFFF; // (uid_t)-1 means "no change" 
 }
 
 // Times other than "both to now" (ATTR_TIMES_SET) need the owner.
-[[nodiscard]] int check_times(const Credentials &cred, const Attr &current,
-                              std::uint32_t mask) noexcept
+[[nodiscard]] int check_times(const Credentials &cred, const Attr &current, std::uint32_t mask,
+                              bool writer) noexcept
 {
     const std::uint32_t explicit_times = set_atime | set_mtime;
     const std::uint32_t now_times = set_atime_now | set_mtime_now;
@@ -37,6 +37,10 @@ constexpr std::uint32_t invalid_id = 0xFFFFFFFF; // (uid_t)-1 means "no change" 
         return 0;
     const bool touch = (mask & now_times) == now_times && (mask & explicit_times) == 0;
     if (owner_or_root(cred, current))
+        return 0;
+    // An open for writing decided already (setattr_prepare leaves times to
+    // now unchecked; only utimes(NULL) by path checks the mode).
+    if (writer && (mask & explicit_times) == 0)
         return 0;
     if (!touch)
         return -EPERM;
@@ -192,7 +196,7 @@ int apply_setattr(const Credentials &cred, const Attr &current, const AttrChange
         return rc;
     if ((mask & set_mode) != 0 && !owner_or_root(cred, current))
         return -EPERM;
-    if (const int rc = check_times(cred, current, mask); rc != 0)
+    if (const int rc = check_times(cred, current, mask, change.writer); rc != 0)
         return rc;
     if ((mask & set_ctime) != 0 && !is_root(cred))
         return -EPERM;

@@ -127,7 +127,7 @@ template <class Io, Is<SetattrRequest> B> void fields(Io &io, B &b)
 {
     io.num(b.handle);
     io.num(b.mask);
-    if ((b.mask & ~set_all) != 0) {
+    if ((b.mask & ~(set_all | setattr_by_open)) != 0) {
         io.fail_if_decoding(DecodeError::bad_value, "setattr mask has unknown bits");
     }
     io.mode(b.mode);

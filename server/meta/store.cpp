@@ -293,11 +293,12 @@ int WriteBatch::setattr(const Credentials &cred, Handle handle, const perm::Attr
                   : batch_ended;
 }
 
-int WriteBatch::data_written(const Credentials &cred, Handle handle, Attr &out)
+int WriteBatch::data_written(const Credentials &cred, Handle handle, Attr &out, bool writer)
 {
-    return state_
-               ? state_->run([&](ops::Tx &tx) { return ops::data_written(tx, cred, handle, out); })
-               : batch_ended;
+    return state_ ? state_->run([&](ops::Tx &tx) {
+        return ops::data_written(tx, cred, handle, out, writer);
+    })
+                  : batch_ended;
 }
 
 int WriteBatch::xattr_set(const Credentials &cred, Handle handle, std::string_view name,

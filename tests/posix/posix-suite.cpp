@@ -659,6 +659,200 @@ void unlink_open(const Context &c)
     }
 }
 
+// ---- descriptors --------------------------------------------------------
+
+// Runs fn in a child as uid and gid `id` with the supplementary `groups`;
+// a Failure or Skip it throws is rethrown here with its text.  Between the
+// child's first and second call of its `sync` argument the parent runs
+// `between` (for a change by another user while the child holds a file).
+using Sync = std::function<void()>;
+void run_as(uid_t id, const std::vector<gid_t> &groups, const std::function<void(const Sync &)> &fn,
+            const std::function<void()> &between = {})
+{
+    int up[2];   // child -> parent: the outcome, or 's' for sync
+    int down[2]; // parent -> child: go on
+    expect_rc(::pipe2(up, O_CLOEXEC), 0, "pipe");
+    expect_rc(::pipe2(down, O_CLOEXEC), 0, "pipe");
+    UniqueFd up_r(up[0]);
+    UniqueFd up_w(up[1]);
+    UniqueFd down_r(down[0]);
+    UniqueFd down_w(down[1]);
+    std::fflush(stdout);
+    const pid_t pid = ::fork();
+    expect_rc(pid, 0, "fork");
+    if (pid == 0) {
+        std::string out = "ok";
+        if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(id, id, id) != 0 ||
+            ::setresuid(id, id, id) != 0) {
+            out = "Fcannot become uid " + std::to_string(id);
+        } else {
+            try {
+                fn([&] {
+                    char b = 's';
+                    if (::write(up_w.get(), &b, 1) != 1)
+                        ::_exit(3);
+                    await_byte(down_r.get());
+                });
+            } catch (const Skip &s) {
+                out = std::string("S") + s.what();
+            } catch (const Failure &f) {
+                out = std::string("F") + f.what();
+            }
+        }
+        const ssize_t n = ::write(up_w.get(), out.data(), out.size());
+        ::_exit(n == static_cast<ssize_t>(out.size()) ? 0 : 3);
+    }
+    up_w = UniqueFd();
+    down_r = UniqueFd();
+    std::string got;
+    char buf[512];
+    for (;;) {
+        const ssize_t n = ::read(up_r.get(), buf, sizeof(buf));
+        if (n <= 0)
+            break;
+        got.append(buf, static_cast<std::size_t>(n));
+        if (got == "s") {
+            got.clear();
+            if (between)
+                between();
+            const char b = 'g';
+            expect(::write(down_w.get(), &b, 1) == 1, "wake the child");
+        }
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (got.starts_with("S"))
+        throw Skip(got.substr(1));
+    if (got.starts_with("F"))
+        throw Failure("as uid " + std::to_string(id) + ": " + got.substr(1));
+    expect(got == "ok" && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "the child as uid " + std::to_string(id) + " died (" + got + ")");
+}
+
+// write(2) of all of `data`, then fsync and close, each checked.
+void write_sync_close(UniqueFd fd, const std::string &data, const std::string &what)
+{
+    expect(::write(fd.get(), data.data(), data.size()) == static_cast<ssize_t>(data.size()),
+           what + ": write " + errno_name(errno));
+    expect_rc(::fsync(fd.get()), 0, what + ": fsync");
+    expect_rc(::close(fd.release()), 0, what + ": close");
+}
+
+// What one user may do through descriptors of files it owns.
+void descriptors_owner(const std::string &dir)
+{
+    // open(O_CREAT, 0) gives a writable descriptor to a file nobody may
+    // open for writing again: ftruncate, writes and fsync go by the open.
+    const std::string f = dir + "/zero";
+    UniqueFd fd(::open(f.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0));
+    expect_rc(fd.valid() ? 0 : -1, 0, "open(O_CREAT|O_RDWR, 0)");
+    expect_rc(::ftruncate(fd.get(), 0), 0, "ftruncate to 0 of a mode 0 file opened O_RDWR");
+    expect_rc(::ftruncate(fd.get(), 8192), 0, "ftruncate up of a mode 0 file opened O_RDWR");
+    expect_rc(::futimens(fd.get(), nullptr), 0, "futimens(fd, NULL) by the owner of a mode 0 file");
+    struct stat st {};
+    expect_rc(::fstat(fd.get(), &st), 0, "fstat");
+    expect(st.st_size == 8192 && (st.st_mode & 07777) == 0, "mode 0, 8192 bytes after ftruncate");
+    write_sync_close(std::move(fd), "abc", "write to a mode 0 file opened O_RDWR");
+    expect(stat_of(f).st_size == 8192, "size after the write");
+
+    // fchmod(fd, 0) by the owner, then write, fsync and close through it.
+    const std::string g = dir + "/fchmod";
+    fd = UniqueFd(::open(g.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644));
+    expect_rc(fd.valid() ? 0 : -1, 0, "create fchmod");
+    expect_rc(::fchmod(fd.get(), 0), 0, "fchmod(fd, 0) by the owner");
+    write_sync_close(std::move(fd), "0123456789", "after fchmod(fd, 0)");
+    expect(stat_of(g).st_size == 10 && (stat_of(g).st_mode & 07777) == 0,
+           "10 bytes and mode 0 after fchmod, write, fsync");
+
+    // chmod by path while open for writing.
+    const std::string h = dir + "/chmod";
+    fd = UniqueFd(::open(h.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644));
+    expect_rc(fd.valid() ? 0 : -1, 0, "create chmod");
+    expect(::write(fd.get(), "xy", 2) == 2, "write before the chmod");
+    expect_rc(::chmod(h.c_str(), 0444), 0, "chmod 0444 by path");
+    UniqueFd again(::open(h.c_str(), O_WRONLY | O_CLOEXEC));
+    if (::geteuid() != 0)
+        expect_rc(again.valid() ? 0 : -1, EACCES, "a new open for writing after chmod 0444");
+    expect_rc(::ftruncate(fd.get(), 1), 0, "ftruncate after chmod 0444");
+    write_sync_close(std::move(fd), "z", "after chmod 0444 by path");
+    expect(read_file(h) == std::string("x\0z", 3), "the bytes written after the chmod");
+
+    // What an open does not allow.
+    UniqueFd ro(::open(h.c_str(), O_RDONLY | O_CLOEXEC));
+    expect_rc(ro.valid() ? 0 : -1, 0, "open O_RDONLY");
+    expect_rc(::ftruncate(ro.get(), 0), EINVAL, "ftruncate through an O_RDONLY descriptor");
+    expect(stat_of(h).st_size == 3, "the failed ftruncate changed nothing");
+}
+
+// What another user's open allows on a file it does not own.
+void descriptors_other(const std::string &file)
+{
+    UniqueFd fd(::open(file.c_str(), O_RDWR | O_CLOEXEC));
+    expect_rc(fd.valid() ? 0 : -1, 0, "open another user's 0666 file O_RDWR");
+    expect_rc(::ftruncate(fd.get(), 5), 0, "ftruncate by a writer who is not the owner");
+    expect_rc(::futimens(fd.get(), nullptr), 0, "futimens(fd, NULL) by a writer, not the owner");
+    const timespec set[2] = {{5, 0}, {5, 0}};
+    expect_rc(::futimens(fd.get(), set), EPERM, "futimens with explicit times by a non-owner");
+    expect_rc(::fchmod(fd.get(), 0600), EPERM, "fchmod by a non-owner");
+    expect_rc(::fchown(fd.get(), static_cast<uid_t>(-1), ::getegid()), EPERM,
+              "fchown to the caller's group by a non-owner");
+    expect(stat_of(file).st_size == 5 && (stat_of(file).st_mode & 07777) == 0666,
+           "5 bytes, mode 0666 kept");
+}
+
+// Descriptor semantics (issue 24): what a process may do through an open
+// file is decided by how it was opened, as on local file systems.  Runs as
+// uid 65534: as root, in children (with another user's files and a
+// supplementary group); otherwise as the caller, with its own files only.
+void descriptors(const Context &c)
+{
+    if (!is_root()) {
+        descriptors_owner(c.dir);
+        return;
+    }
+    expect_rc(::chmod(c.dir.c_str(), 0777), 0, "chmod 0777 the case directory");
+    const std::string dir = c.dir;
+    run_as(nobody, {}, [&](const Sync &) { descriptors_owner(dir); });
+
+    // Another user's file, writable by all; then made read-only while the
+    // writer holds it open.
+    const std::string f = c.p("rootfile");
+    write_file(f, "0123456789", 0666);
+    expect_rc(::chmod(f.c_str(), 0666), 0, "chmod 0666");
+    run_as(nobody, {}, [&](const Sync &) { descriptors_other(f); });
+    expect_rc(::chmod(f.c_str(), 0666), 0, "chmod 0666");
+    run_as(
+        nobody, {},
+        [&](const Sync &sync) {
+            UniqueFd fd(::open(f.c_str(), O_RDWR | O_CLOEXEC));
+            expect_rc(fd.valid() ? 0 : -1, 0, "open O_RDWR");
+            sync(); // root: chmod 0644
+            expect_rc(::ftruncate(fd.get(), 2), 0, "ftruncate by a writer after chmod 0644");
+            // times to now need write access by the mode when not the owner
+            expect_rc(::futimens(fd.get(), nullptr), EACCES,
+                      "futimens(fd, NULL) by a non-owner after chmod 0644");
+            expect(::lseek(fd.get(), 0, SEEK_END) == 2, "seek to the end");
+            write_sync_close(std::move(fd), "w", "a non-owner's write after chmod 0644");
+        },
+        [&] { expect_rc(::chmod(f.c_str(), 0644), 0, "chmod 0644 while open"); });
+    expect(read_file(f) == "01w", "the non-owner's bytes after the chmod");
+
+    // fchown to a group the owner is in, not to one it is not in.
+    constexpr gid_t group = 4242;
+    run_as(nobody, {nobody, group}, [&](const Sync &) {
+        const std::string g = dir + "/grouped";
+        UniqueFd fd(::open(g.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0640));
+        expect_rc(fd.valid() ? 0 : -1, 0, "create grouped");
+        expect_rc(::fchown(fd.get(), static_cast<uid_t>(-1), group), 0,
+                  "fchown to a supplementary group of the owner");
+        expect(stat_of(g).st_gid == group, "the group changed");
+        expect_rc(::fchown(fd.get(), static_cast<uid_t>(-1), group + 1), EPERM,
+                  "fchown to a group the owner is not in");
+        expect_rc(::fchown(fd.get(), 0, static_cast<gid_t>(-1)), EPERM, "fchown to another user");
+        write_sync_close(std::move(fd), "g", "write after fchown");
+    });
+}
+
 const std::vector<std::pair<std::string, Case>> &cases()
 {
     static const std::vector<std::pair<std::string, Case>> all = {
@@ -674,6 +868,7 @@ const std::vector<std::pair<std::string, Case>> &cases()
         {"directory_listing", directory_listing},
         {"limits_and_data", limits_and_data},
         {"unlink_open", unlink_open},
+        {"descriptors", descriptors},
     };
     return all;
 }

@@ -113,7 +113,8 @@ struct Tx {
                          std::uint32_t flags, Removed &replaced);
 [[nodiscard]] int setattr(Tx &tx, const Credentials &cred, Handle handle,
                           const perm::AttrChange &change, Attr &out);
-[[nodiscard]] int data_written(Tx &tx, const Credentials &cred, Handle handle, Attr &out);
+[[nodiscard]] int data_written(Tx &tx, const Credentials &cred, Handle handle, Attr &out,
+                               bool writer);
 [[nodiscard]] int xattr_set(Tx &tx, const Credentials &cred, Handle handle, std::string_view name,
                             std::string_view value, std::uint32_t flags);
 [[nodiscard]] int xattr_remove(Tx &tx, const Credentials &cred, Handle handle,

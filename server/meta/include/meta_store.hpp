@@ -236,8 +236,10 @@ public:
                               const perm::AttrChange &change, Attr &out);
     // The caller wrote data to a regular file: mtime and ctime become now,
     // and setuid/setgid are cleared as perm::mode_after_write says.  Needs
-    // write access.
-    [[nodiscard]] int data_written(const Credentials &cred, Handle handle, Attr &out);
+    // write access, unless `writer`: the caller holds the file open for
+    // writing (the open decided, as for a descriptor on Linux).
+    [[nodiscard]] int data_written(const Credentials &cred, Handle handle, Attr &out,
+                                   bool writer = false);
     [[nodiscard]] int xattr_set(const Credentials &cred, Handle handle, std::string_view name,
                                 std::string_view value, std::uint32_t flags);
     [[nodiscard]] int xattr_remove(const Credentials &cred, Handle handle, std::string_view name);

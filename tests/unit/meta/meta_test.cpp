@@ -782,6 +782,16 @@ ATF_TEST_CASE_BODY(xattrs_layouts_setattr)
     ATF_REQUIRE_EQ(a.mode & (perm::mode_setuid | perm::mode_setgid), 0U);
     check(one(s, [&](WriteBatch &b) { return b.data_written(other, d, a); }), -EISDIR,
           "data_written on a directory");
+
+    // Without write permission by the mode only a writer (the caller
+    // holds the file open for writing: the server checked) may.
+    ch.mode = 04600;
+    check(one(s, [&](WriteBatch &b) { return b.setattr(owner, h, ch, a); }), 0, "chmod 4600");
+    check(one(s, [&](WriteBatch &b) { return b.data_written(other, h, a); }), -EACCES,
+          "data_written by another user, mode 4600");
+    check(one(s, [&](WriteBatch &b) { return b.data_written(other, h, a, true); }), 0,
+          "data_written by a writer, mode 4600");
+    ATF_REQUIRE_EQ(a.mode, 0600U); // a write still clears setuid
 }
 
 // Close and reopen: everything is there and handles are not reused.

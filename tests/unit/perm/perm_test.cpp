@@ -416,6 +416,29 @@ ATF_TEST_CASE_BODY(setattr_times)
     c.mask = 0;
     ATF_REQUIRE_EQ(perm::apply_setattr(other, readonly, c, now, out), 0);
     ATF_REQUIRE(out == readonly);
+
+    // A writer (the server checked its open for writing) may set times to
+    // now, one or both, whatever the mode; explicit times, chmod and chown
+    // stay the owner's.
+    c.writer = true;
+    for (const std::uint32_t mask : {perm::set_mtime_now, both_now}) {
+        c.mask = mask;
+        ATF_REQUIRE_EQ(perm::apply_setattr(other, readonly, c, now, out), 0);
+        ATF_REQUIRE(out.mtime == now);
+    }
+    c.mask = perm::set_mtime;
+    c.mtime = {20, 2};
+    ATF_REQUIRE_EQ(perm::apply_setattr(other, writable, c, now, out), -EPERM);
+    c.mask = perm::set_atime | perm::set_mtime_now;
+    ATF_REQUIRE_EQ(perm::apply_setattr(other, writable, c, now, out), -EPERM);
+    c.mask = perm::set_mode;
+    c.mode = 0777;
+    ATF_REQUIRE_EQ(perm::apply_setattr(other, writable, c, now, out), -EPERM);
+    c.mask = perm::set_uid;
+    c.uid = other.uid;
+    ATF_REQUIRE_EQ(perm::apply_setattr(other, writable, c, now, out), -EPERM);
+    c.mask = perm::set_ctime;
+    ATF_REQUIRE_EQ(perm::apply_setattr(other, writable, c, now, out), -EPERM);
 }
 
 // xattr(7): "user." attributes follow the file's permission bits, exist

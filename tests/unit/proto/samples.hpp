@@ -107,7 +107,7 @@ inline std::vector<proto::RequestBody> request_bodies()
         LookupRequest{.parent = d, .name = long_name('l')},
         GetattrRequest{.handle = h},
         SetattrRequest{.handle = h,
-                       .mask = set_all,
+                       .mask = set_all | setattr_by_open,
                        .mode = 04711,
                        .uid = 7,
                        .gid = 8,
