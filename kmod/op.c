@@ -577,10 +577,27 @@ void pvfs_chan_daemon_gone(void)
 	pvfs_chan.hello_to_send = false;
 
 	hash_for_each_safe(pvfs_chan.sent, bkt, tmp, op, sent_link) {
-		hash_del(&op->sent_link);
-		if (op->kind == PVFS_KIND_CALL && op->state == PVFS_OP_SENT) {
-			struct pvfsd_req_common *common = pvfs_op_req(op);
+		struct pvfsd_req_common *common = pvfs_op_req(op);
 
+		hash_del(&op->sent_link);
+		if (op->kind == PVFS_KIND_CALL && op->state == PVFS_OP_SENT &&
+		    op->opcode == PVFSD_OP_OPEN && (common->flags & PVFSD_REQ_RECLAIM)) {
+			/*
+			 * Not replayed: the next daemon is told the files open
+			 * then (open.c), and a replay could follow the CLOSE
+			 * of its file (this loop keeps no order) and hold it
+			 * for ever.
+			 */
+			op->status = -ENOTCONN;
+			op->state = PVFS_OP_DONE;
+			list_add_tail(&op->queue_link, &to_put);
+			if (op->end) {
+				INIT_WORK(&op->end_work, pvfs_op_end_work);
+				queue_work(pvfs_end_wq, &op->end_work);
+			} else {
+				complete(&op->done);
+			}
+		} else if (op->kind == PVFS_KIND_CALL && op->state == PVFS_OP_SENT) {
 			/*
 			 * On ATTACH the flag means a re-attach, which the
 			 * daemon retries until the servers answer: a first

@@ -203,7 +203,15 @@ bool pvfs_open_last(struct inode *inode)
 	return last;
 }
 
-/* A new daemon: tell it every file the mount has open. */
+/*
+ * A new daemon: tell it every file the mount has open.  The close mutex
+ * is held from the snapshot until the last OPEN is queued, so that the
+ * CLOSE of a file released after the snapshot is queued behind its OPEN;
+ * pvfsd sends a CLOSE to the servers only once the OPENs of that file
+ * before it have ended there, so that no OPEN adds a hold after the CLOSE
+ * that ends it.  (The channel does not replay these OPENs to a later
+ * daemon: that one gets a snapshot of its own.)
+ */
 static void pvfs_reclaim_work(struct work_struct *work)
 {
 	struct pvfs_sb_info *sbi = container_of(work, struct pvfs_sb_info, reclaim_work);
@@ -214,16 +222,17 @@ static void pvfs_reclaim_work(struct work_struct *work)
 
 	if (READ_ONCE(sbi->dying))
 		return;
+	mutex_lock(&sbi->close_mutex);
 	for (;;) {
 		spin_lock(&sbi->open_lock);
 		want = sbi->nr_open;
 		spin_unlock(&sbi->open_lock);
 		if (!want)
-			return;
+			goto out;
 		opens = kvmalloc_array(want, sizeof(*opens), GFP_KERNEL);
 		if (!opens) {
 			pr_warn("%s: no memory to tell the daemon the open files\n", sbi->source);
-			return;
+			goto out;
 		}
 		n = 0;
 		spin_lock(&sbi->open_lock);
@@ -255,6 +264,8 @@ static void pvfs_reclaim_work(struct work_struct *work)
 			pvfs_op_put(op);
 	}
 	kvfree(opens);
+out:
+	mutex_unlock(&sbi->close_mutex);
 }
 
 void pvfs_open_init(struct pvfs_sb_info *sbi)

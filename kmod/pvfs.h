@@ -89,7 +89,8 @@ struct pvfs_sb_info {
 	struct work_struct reclaim_work;
 	struct pvfsd_close_ref closes[PVFSD_MAX_CLOSE];
 	unsigned int nr_closes;
-	struct mutex close_mutex; /* one sender of the batch at a time */
+	/* one sender of the batch at a time, none while reclaim_work queues */
+	struct mutex close_mutex;
 	struct delayed_work close_work;
 	bool dying; /* kill_sb: no more replayed OPENs */
 };
