@@ -6,8 +6,11 @@
 #include <pvfs/types.hpp>
 
 #include <chrono>
+#include <coroutine>
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace pvfs::pvfsd {
 
@@ -24,6 +27,46 @@ struct OpenTable {
     // one is running.
     std::chrono::steady_clock::time_point next_renew{};
     bool renewing = false;
+
+    // OPENs of a handle still running, and the CLOSEs of it that wait for
+    // them: a CLOSE must not reach the metadata server before the hold it
+    // ends (an OPEN's request may overtake or trail it), nor be answered
+    // while that OPEN could still add the hold (docs/metadata.md "Open
+    // references across a pvfsd restart").
+    struct Busy {
+        std::uint32_t opens = 0;
+        std::vector<std::coroutine_handle<>> waiters;
+    };
+    std::unordered_map<Handle, Busy> busy;
+
+    // co_await table.settled(handle): resumes once no OPEN of it runs.
+    struct Settled {
+        OpenTable &table;
+        Handle handle;
+        [[nodiscard]] bool await_ready() const { return !table.busy.contains(handle); }
+        void await_suspend(std::coroutine_handle<> waiter) const
+        {
+            table.busy.at(handle).waiters.push_back(waiter);
+        }
+        void await_resume() const noexcept {}
+    };
+    [[nodiscard]] Settled settled(Handle handle) { return Settled{*this, handle}; }
+
+    void open_starts(Handle handle) { ++busy[handle].opens; }
+    // The OPEN's last act: its CLOSEs run on from here, each until it
+    // waits on the network, in this OPEN's loop context (credentials and
+    // cancel id; a close checks neither, and this op is answered before
+    // the CLOSE can be).
+    void open_ends(Handle handle)
+    {
+        const auto it = busy.find(handle);
+        if (it == busy.end() || --it->second.opens > 0)
+            return;
+        const std::vector<std::coroutine_handle<>> waiters = std::move(it->second.waiters);
+        busy.erase(it);
+        for (const std::coroutine_handle<> w : waiters)
+            w.resume();
+    }
 };
 
 } // namespace pvfs::pvfsd

@@ -2,7 +2,8 @@
 // servers through Client::co_open/co_close, so that a file unlinked
 // anywhere stays while the mount has it open.  Both are idempotent by the
 // kernel's gen: a replay (to a new pvfsd) or a RECLAIM changes nothing
-// twice.
+// twice.  A CLOSE of a handle waits for the OPENs of it still running, so
+// that it reaches the server after the hold it ends.
 #include "ops.hpp"
 
 #include <pvfs/gossip.hpp>
@@ -19,18 +20,17 @@ namespace gossip = pvfs::gossip;
 static_assert(PVFSD_OPEN_READ == client::Client::open_read &&
               PVFSD_OPEN_WRITE == client::Client::open_write);
 
-Task<int> open(Call call, OpenTable &table)
+namespace {
+
+// The OPEN itself, once its request is known to be well formed.
+Task<int> open_held(Call call, OpenTable &table, pvfsd_open_req req)
 {
-    const auto req = call.up.body<pvfsd_open_req>();
-    if (!req || req->handle == 0 || req->gen == 0 || req->pad != 0 ||
-        (req->mode & ~(PVFSD_OPEN_READ | PVFSD_OPEN_WRITE)) != 0)
-        co_return -EINVAL;
-    const Handle handle = req->handle;
-    const bool reclaim = (req->common.flags & PVFSD_REQ_RECLAIM) != 0;
+    const Handle handle = req.handle;
+    const bool reclaim = (req.common.flags & PVFSD_REQ_RECLAIM) != 0;
     Attr a;
     auto it = table.entries.find(handle);
-    if (it != table.entries.end() && it->second.gen >= req->gen &&
-        (req->mode & ~it->second.mode) == 0) {
+    if (it != table.entries.end() && it->second.gen >= req.gen &&
+        (req.mode & ~it->second.mode) == 0) {
         // Held already by this OPEN or a later one (a replay, a RECLAIM of
         // what this pvfsd was told): attributes only.
         const int rc = co_await call.c.co_getattr(handle, a);
@@ -46,11 +46,11 @@ Task<int> open(Call call, OpenTable &table)
     if (it == table.entries.end())
         it = table.entries.emplace(handle, OpenTable::Entry{0, 0, 0, table.next_epoch++}).first;
     OpenTable::Entry &e = it->second;
-    e.gen = std::max<std::uint64_t>(e.gen, req->gen);
-    e.mode |= req->mode;
+    e.gen = std::max<std::uint64_t>(e.gen, req.gen);
+    e.mode |= req.mode;
     const std::uint64_t epoch = e.epoch;
     const std::uint32_t mode = e.mode;
-    int rc = co_await call.c.co_open(handle, mode, req->gen, reclaim, a);
+    int rc = co_await call.c.co_open(handle, mode, req.gen, reclaim, a);
     if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
         // No session, or a metadata server without open references: the
         // file is not held (an unlink destroys it at once), but it opens.
@@ -79,7 +79,8 @@ Task<int> open(Call call, OpenTable &table)
         co_return rc;
     }
     if (!mine) {
-        // Closed meanwhile: this hold is nobody's.
+        // Dropped meanwhile (another OPEN of it failed): this hold is
+        // nobody's.
         static_cast<void>(co_await call.c.co_close(handle));
     } else {
         ++it->second.opens;
@@ -103,6 +104,20 @@ Task<int> open(Call call, OpenTable &table)
     co_return 0;
 }
 
+} // namespace
+
+Task<int> open(Call call, OpenTable &table)
+{
+    const auto req = call.up.body<pvfsd_open_req>();
+    if (!req || req->handle == 0 || req->gen == 0 || req->pad != 0 ||
+        (req->mode & ~(PVFSD_OPEN_READ | PVFSD_OPEN_WRITE)) != 0)
+        co_return -EINVAL;
+    table.open_starts(req->handle);
+    const int rc = co_await open_held(call, table, *req);
+    table.open_ends(req->handle);
+    co_return rc;
+}
+
 Task<int> close(Call call, OpenTable &table)
 {
     const auto req = call.up.body<pvfsd_close_req>();
@@ -115,17 +130,22 @@ Task<int> close(Call call, OpenTable &table)
     std::vector<pvfsd_close_ref> refs(req->count);
     std::memcpy(refs.data(), tail->data(), tail->size());
     for (const pvfsd_close_ref &ref : refs) {
+        // An OPEN of the handle still running (a RECLAIM the kernel queued
+        // before this CLOSE, or a replay) may add the hold after our close
+        // went: wait for it, then close.
+        while (table.busy.contains(ref.handle))
+            co_await table.settled(ref.handle);
         const auto it = table.entries.find(ref.handle);
-        // Not held here (a replay), or opened again since: nothing to do.
-        if (it == table.entries.end() || it->second.gen > ref.gen)
-            continue;
-        const std::uint32_t opens = it->second.opens;
-        table.entries.erase(it);
-        for (std::uint32_t i = 0; i < opens; ++i) {
-            if (const int rc = co_await call.c.co_close(ref.handle); rc != 0)
-                gossip::debug(gossip::Mask::pvfsd, "close of {:016x}: {} (the lease ends it)",
-                              ref.handle, client::error_text(rc));
-        }
+        // Opened again since: the entry stays (the server keeps the later
+        // open's hold whatever this close says).
+        if (it != table.entries.end() && it->second.gen <= ref.gen)
+            table.entries.erase(it);
+        // Also when this pvfsd never saw the open (it came through a
+        // daemon that died, and this CLOSE was queued or replayed to us):
+        // the server holds it for the kernel's client id all the same.
+        if (const int rc = co_await call.c.co_close(ref.handle, ref.gen); rc != 0)
+            gossip::debug(gossip::Mask::pvfsd, "close of {:016x}: {} (the lease ends it)",
+                          ref.handle, client::error_text(rc));
     }
     co_return 0;
 }

@@ -455,6 +455,11 @@ public:
     Task<int> co_open(Handle handle, std::uint32_t mode, std::uint64_t gen, bool reclaim,
                       Attr &out);
     Task<int> co_close(Handle handle);
+    // pvfsd's form: every open of this client id up to `gen` is closed,
+    // whether or not this process opened it (a new pvfsd closing what the
+    // kernel opened through a dead one): the server drops the hold unless
+    // a later open renewed it.
+    Task<int> co_close(Handle handle, std::uint64_t gen);
     Task<int> co_renew();
 
     // ---- maintenance (pvfs-fsck) -------------------------------------------

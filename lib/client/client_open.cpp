@@ -106,6 +106,29 @@ Task<int> Client::co_close(Handle handle)
     co_return 0;
 }
 
+Task<int> Client::co_close(Handle handle, std::uint64_t gen)
+{
+    Impl &m = *impl_;
+    if (m.client_id == 0)
+        co_return -EOPNOTSUPP;
+    if (gen == 0)
+        co_return -EINVAL;
+    // Whatever this process counted: the caller says every open up to gen
+    // is closed (a later one, still held, keeps the entry and the hold).
+    if (const auto it = m.opened.find(handle); it != m.opened.end() && it->second.gen <= gen)
+        m.opened.erase(it);
+    std::size_t server = 0;
+    if (const int rc = m.meta_server_of(handle, server); rc != 0)
+        co_return rc;
+    proto::CloseResponse r;
+    proto::RequestBody request = proto::CloseRequest{m.client_id, {proto::OpenRef{handle, gen}}};
+    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
+        co_return rc; // the hold goes with our lease
+    co_await destroy(m, server, r.doomed);
+    co_await reclaim_if_rebooted(m, server, r.server_boot);
+    co_return 0;
+}
+
 Task<int> Client::co_renew()
 {
     Impl &m = *impl_;
