@@ -160,8 +160,14 @@ void MetaService::apply_close(meta::WriteBatch &batch, Job &job)
         seen_[req.client_id] = now;
         for (const proto::OpenRef &ref : req.refs) {
             const auto it = holds_.find(ref.handle);
-            if (it == holds_.end())
+            if (it == holds_.end()) {
+                // Nobody holds it: a replayed close (its first copy
+                // released the file, and its reply may have died with
+                // its closer) gets the objects to remove again; a held
+                // orphan nobody holds goes, as the sweep would.
+                unheld.push_back(ref.handle);
                 continue;
+            }
             // A close older than the client's latest open keeps the hold.
             std::erase_if(it->second, [&](const Holder &h) {
                 return h.client_id == req.client_id && h.gen <= ref.gen;

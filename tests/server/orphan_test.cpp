@@ -393,6 +393,47 @@ ATF_TEST_CASE_BODY(many_orphans)
     require(orphans(*b).empty(), "orphans left after the last closes");
 }
 
+// A close whose reply is lost after the server released the file (pvfsd
+// killed before it removed the objects): the kernel replays the CLOSE to
+// the next pvfsd, and the replay must hand the objects out again, not
+// leave them for a lease.
+ATF_TEST_CASE_WITHOUT_HEAD(replayed_close);
+ATF_TEST_CASE_BODY(replayed_close)
+{
+    test::Cluster cl = make_cluster();
+    auto b = cl.connect();
+    const Handle h = make_file(*b, "replayed", 8);
+    constexpr std::uint64_t id = 0x5eed'0000'0000'0024;
+    test::RawClient raw(cl.files.cluster.find("meta0")->addresses.at(0), cl.files.key_path);
+    const test::Call session = raw.call(proto::SessionRequest{id, proto::session_open, "test"});
+    require(session.answered && session.response.status == 0, "session open: " + session.error);
+    const test::Call opened = raw.call(proto::OpenRequest{h, id, proto::open_read, 7, false});
+    require(opened.answered && opened.response.status == 0, "open: " + opened.error);
+    require_rc(b->unlink(root_handle, "replayed"), 0, "unlink");
+    require(orphan_state(*b, h) == 1, "no held orphan record");
+    const proto::CloseRequest close{id, {proto::OpenRef{h, 7}}};
+    // The first close and its replay each name the file to finish.
+    for (const char *which : {"close", "replayed close"}) {
+        const test::Call c = raw.call(close);
+        require(c.answered && c.response.status == 0, std::string(which) + ": " + c.error);
+        const auto &doomed = std::get<proto::CloseResponse>(c.response.body).doomed;
+        require(std::ranges::count(doomed, h, &proto::Doomed::handle) == 1,
+                std::string(which) + " does not hand out the released file's objects");
+    }
+    require(has_object(*b, h), "the objects went without a closer");
+    // The replay's closer finishes it; the record goes, nothing is handed
+    // out any more.
+    auto list = orphans(*b);
+    require(list.size() == 1 && list[0].handle == h, "no reclaim record");
+    require_rc(b->finish_orphan(h, list[0].layout), 0, "finish_orphan");
+    require(!has_object(*b, h), "the objects stayed");
+    require(orphans(*b).empty(), "the record stayed");
+    const test::Call late = raw.call(close);
+    require(late.answered && late.response.status == 0, "late close: " + late.error);
+    require(std::get<proto::CloseResponse>(late.response.body).doomed.empty(),
+            "a close after the orphan was finished hands out something");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, unlink_while_open);
@@ -403,4 +444,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, restart_reclaim);
     ATF_ADD_TEST_CASE(tcs, open_unlink_race);
     ATF_ADD_TEST_CASE(tcs, many_orphans);
+    ATF_ADD_TEST_CASE(tcs, replayed_close);
 }

@@ -930,6 +930,12 @@ int release(Tx &tx, Handle handle, Removed &out)
     Orphan orphan;
     if (const int rc = orphan_get(tx, handle, orphan); rc != 0)
         return rc == -ENOENT ? 0 : rc;
+    if (orphan.state == OrphanState::reclaim) {
+        // Released before: a replayed close, whose first reply's closer
+        // may have died before removing the objects, finishes it too.
+        out = Removed{handle, ObjectType::regular, 0, orphan.layout, false};
+        return 0;
+    }
     if (orphan.state != OrphanState::held)
         return 0;
     Inode inode;

@@ -269,8 +269,10 @@ public:
     // ---- orphans ----
     // The last hold of `handle` went: a held orphan's inode goes and its
     // record turns to reclaim; `out` names it (regular, nlink_after 0,
-    // its layout) so the caller removes the data objects.  Anything else
-    // (a file with names, no orphan): out.handle is no_handle.
+    // its layout) so the caller removes the data objects.  A reclaim
+    // orphan is named again (a replayed close: the first closer may have
+    // died before removing them).  Anything else (a file with names, no
+    // orphan): out.handle is no_handle.
     [[nodiscard]] int release(Handle handle, Removed &out);
     // The data objects of a reclaim orphan are gone: forget it.  0 also when
     // there is no record; -EBUSY for a held one.
