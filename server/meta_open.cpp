@@ -193,6 +193,22 @@ void MetaService::apply_close(meta::WriteBatch &batch, Job &job)
             if (gone.handle != no_handle)
                 out.doomed.push_back(proto::Doomed{gone.handle, gone.layout});
         }
+        // Orphans the sweep released (after the grace, a lease's end):
+        // this client finishes them.  Taken even if this batch fails: a
+        // lease later they are handed out as below.
+        std::vector<Handle> unowned;
+        {
+            const std::lock_guard lock(open_mutex_);
+            const std::size_t n = std::min(
+                {max_handout, unowned_.size(), proto::max_close_handles - out.doomed.size()});
+            unowned.assign(unowned_.end() - static_cast<std::ptrdiff_t>(n), unowned_.end());
+            unowned_.resize(unowned_.size() - n);
+        }
+        for (const Handle h : unowned) {
+            meta::Removed gone;
+            if (batch.release(h, gone) == 0 && gone.handle != no_handle)
+                out.doomed.push_back(proto::Doomed{gone.handle, gone.layout});
+        }
         // Orphans whose closer died before removing the objects: this
         // client finishes them.
         const std::uint64_t wall = realtime_ns();
@@ -258,11 +274,14 @@ void MetaService::sweep_holds(meta::WriteBatch &batch, Clock::time_point now)
                     continue;
             }
             meta::Removed gone;
-            if (const int rc = batch.release(o.handle, gone); rc != 0)
+            if (const int rc = batch.release(o.handle, gone); rc != 0) {
                 gossip::error(Mask::meta, "release of orphan {:016x}: {}", o.handle,
                               errno_text(-rc));
-            else
+            } else {
                 gossip::debug(Mask::meta, "orphan {:016x} held by nobody: reclaim", o.handle);
+                const std::lock_guard lock(open_mutex_);
+                unowned_.push_back(o.handle);
+            }
         }
         if (eof || page.empty())
             return;

@@ -147,6 +147,9 @@ private:
     std::unordered_map<Handle, std::vector<Holder>> holds_;
     std::unordered_map<std::uint64_t, Clock::time_point> seen_; // client -> last request
     std::unordered_set<Handle> dying_;
+    // Orphans the sweep released (no closer was handed them): the next
+    // closes and renewals finish them, not a lease later.
+    std::vector<Handle> unowned_;
     Clock::time_point grace_end_{}; // none when the store had no sessions
     meta::OpenCheck open_check_;    // held_or_dying, for the batch
     meta::OpenCheck no_check_;      // for clients that do not know `orphaned`
