@@ -14,9 +14,13 @@
 // counts as ENOSPC) or a truncate (then what it would change is
 // uncertain); then every byte changed since the last good fsync (or the
 // write's range) may hold either its old or its new value until it is
-// written again (and, past the old size, be missing).  Any other errno
-// still fails the run.  --seconds ends the run early (for a load of a given
-// length).  --drop-caches: the final check comes after an fsync and
+// written again (and, past the old size, be missing).  A good fsync does
+// not settle such a byte on the servers (an error is reported once, and
+// pages whose writeback failed are dropped, not sent again): until a write
+// of it is followed by a good fsync, a failed writeback of that write may
+// leave it reading the old value again.  Any other errno still fails the
+// run.  --seconds ends the run early (for a load of a given length).
+// --drop-caches: the final check comes after an fsync and
 // dropping the page cache, so it reads what the file system kept (root).
 //
 // Prints the seed first, so a failure can be replayed; on the first
@@ -166,13 +170,38 @@ private:
         if (c == want)
             return true;
         // A write since the last good fsync whose writeback failed in the
-        // background may read old before any call reports it.
+        // background may read old before any call reports it: what the
+        // servers held at that fsync, which a fault reported before it may
+        // have left uncertain (that fsync succeeds: an error is reported
+        // once, and the pages that failed were dropped, not sent again).
         if (i < versions_.size() && versions_[i] != 0)
             return versions_[i] >= 2 || c == (i < synced_.size() ? synced_[i] : '\0') ||
-                   (i < either_.size() && either_[i] != 0 && (either_[i] == 2 || c == old_[i]));
-        if (i >= either_.size() || either_[i] == 0)
-            return false;
-        return either_[i] == 2 || c == old_[i];
+                   may_be(sync_either_, sync_old_, i, c) || may_be(either_, old_, i, c);
+        return may_be(either_, old_, i, c);
+    }
+
+    // Whether EITHER and OLD leave byte i uncertain, with c one of its values.
+    [[nodiscard]] static bool may_be(const std::vector<char> &either, const std::vector<char> &old,
+                                     std::size_t i, char c)
+    {
+        return i < either.size() && either[i] != 0 && (either[i] == 2 || c == old[i]);
+    }
+
+    // --faults: what the model allows at byte i, for a mismatch's report.
+    [[nodiscard]] std::string byte_state(std::size_t i) const
+    {
+        if (s_.faults.empty())
+            return {};
+        const auto at = [i](const std::vector<char> &v) {
+            return i < v.size() ? static_cast<unsigned>(static_cast<unsigned char>(v[i])) : 0U;
+        };
+        char buf[160];
+        std::snprintf(buf, sizeof(buf),
+                      "; at the last good fsync 0x%02x (size %zu, uncertain %u, old 0x%02x), "
+                      "versions since %u, uncertain %u (old 0x%02x)",
+                      at(synced_), synced_.size(), at(sync_either_), at(sync_old_), at(versions_),
+                      at(either_), at(old_));
+        return buf;
     }
 
     bool compare(const char *got, std::size_t off, std::size_t len, const std::string &what)
@@ -187,7 +216,7 @@ private:
                               "%s: byte %zu: expected 0x%02x, found 0x%02x (file size %zu)",
                               what.c_str(), off + i, static_cast<unsigned char>(want),
                               static_cast<unsigned char>(got[i]), model_.size());
-                return fail(buf);
+                return fail(buf + byte_state(off + i));
             }
         }
         return true;
@@ -281,7 +310,8 @@ private:
     {
         for (std::size_t i = from; i < to; ++i)
             if ((i >= either_.size() || either_[i] == 0) &&
-                (i >= versions_.size() || versions_[i] == 0 || i < synced_.size()))
+                (i >= versions_.size() || versions_[i] == 0 ||
+                 (i < synced_.size() && (i >= sync_either_.size() || sync_either_[i] == 0))))
                 return false;
         return true;
     }
@@ -327,7 +357,12 @@ private:
         for (std::size_t i = 0; i < n; ++i) {
             const char was = i < synced_.size() ? synced_[i] : '\0';
             const char now = i < model_.size() ? model_[i] : '\0';
-            if (i < versions_.size() && versions_[i] >= 2) {
+            // Written since, and uncertain at the last good fsync too: the
+            // servers may hold its value from before that fsync, from it,
+            // or the new one.
+            if (i < versions_.size() &&
+                (versions_[i] >= 2 ||
+                 (versions_[i] != 0 && i < sync_either_.size() && sync_either_[i] != 0))) {
                 either_[i] = 2;
             } else if ((was != now || i >= synced_.size()) && either_[i] == 0) {
                 either_[i] = 1;
@@ -353,6 +388,8 @@ private:
     bool synced()
     {
         synced_ = model_;
+        sync_either_ = either_;
+        sync_old_ = old_;
         std::fill(versions_.begin(), versions_.end(), 0);
         return true;
     }
@@ -517,6 +554,11 @@ private:
     std::vector<char> synced_;
     std::vector<char> either_;
     std::vector<char> old_;
+    // either_ and old_ at the last good fsync: a byte uncertain then (the
+    // servers may hold its old value) and written since reads the new value
+    // or, if that write's writeback fails, either of those.
+    std::vector<char> sync_either_;
+    std::vector<char> sync_old_;
     std::vector<char> versions_; // per byte: versions since the last good fsync, up to 2
     bool uncertain_ = false;
     unsigned long long faults_seen_ = 0;
