@@ -52,6 +52,22 @@ Task<void> reclaim_if_rebooted(Client::Impl &m, std::size_t server, std::uint64_
     }
 }
 
+// The CLOSE of this client's opens of `handle` up to `gen`, then the
+// removal of the objects the server hands back.
+Task<int> send_close(Client::Impl &m, Handle handle, std::uint64_t gen)
+{
+    std::size_t server = 0;
+    if (const int rc = m.meta_server_of(handle, server); rc != 0)
+        co_return rc;
+    proto::CloseResponse r;
+    proto::RequestBody request = proto::CloseRequest{m.client_id, {proto::OpenRef{handle, gen}}};
+    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
+        co_return rc; // the hold goes with our lease
+    co_await destroy(m, server, r.doomed);
+    co_await reclaim_if_rebooted(m, server, r.server_boot);
+    co_return 0;
+}
+
 } // namespace
 
 Task<int> Client::co_open(Handle handle, std::uint32_t mode, Attr &out)
@@ -94,16 +110,7 @@ Task<int> Client::co_close(Handle handle)
         co_return 0;
     const std::uint64_t gen = it->second.gen;
     m.opened.erase(it);
-    std::size_t server = 0;
-    if (const int rc = m.meta_server_of(handle, server); rc != 0)
-        co_return rc;
-    proto::CloseResponse r;
-    proto::RequestBody request = proto::CloseRequest{m.client_id, {proto::OpenRef{handle, gen}}};
-    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
-        co_return rc; // the hold goes with our lease
-    co_await destroy(m, server, r.doomed);
-    co_await reclaim_if_rebooted(m, server, r.server_boot);
-    co_return 0;
+    co_return co_await send_close(m, handle, gen);
 }
 
 Task<int> Client::co_close(Handle handle, std::uint64_t gen)
@@ -117,16 +124,7 @@ Task<int> Client::co_close(Handle handle, std::uint64_t gen)
     // is closed (a later one, still held, keeps the entry and the hold).
     if (const auto it = m.opened.find(handle); it != m.opened.end() && it->second.gen <= gen)
         m.opened.erase(it);
-    std::size_t server = 0;
-    if (const int rc = m.meta_server_of(handle, server); rc != 0)
-        co_return rc;
-    proto::CloseResponse r;
-    proto::RequestBody request = proto::CloseRequest{m.client_id, {proto::OpenRef{handle, gen}}};
-    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
-        co_return rc; // the hold goes with our lease
-    co_await destroy(m, server, r.doomed);
-    co_await reclaim_if_rebooted(m, server, r.server_boot);
-    co_return 0;
+    co_return co_await send_close(m, handle, gen);
 }
 
 Task<int> Client::co_renew()
