@@ -136,6 +136,39 @@ ATF_TEST_CASE_BODY(failed_operation_keeps_its_reply)
     check(out.status, ENOENT, "status");
 }
 
+// A unit's first operation runs in the unit itself, later ones nest in
+// it: whichever fails is undone alone, the rest stand or fall with the unit.
+ATF_TEST_CASE_WITHOUT_HEAD(operations_in_one_unit);
+ATF_TEST_CASE_BODY(operations_in_one_unit)
+{
+    Store s;
+    check(s.open(options()), 0, "open");
+    meta::CreateResult result;
+    {
+        WriteBatch b = s.batch();
+        check(b.begin_unit(), 0, "begin_unit");
+        check(b.rmdir(root, root_handle, "missing"), -ENOENT, "first, failing");
+        check(b.create(root, root_handle, "second", 0644, true, {}, result), 0, "second");
+        check(b.create(root, root_handle, "second", 0644, true, {}, result), -EEXIST, "third");
+        check(b.end_unit(true), 0, "end_unit");
+        check(b.begin_unit(), 0, "begin_unit");
+        check(b.create(root, root_handle, "first", 0644, true, {}, result), 0, "first");
+        check(b.create(root, root_handle, "first", 0644, true, {}, result), -EEXIST, "again");
+        check(b.create(root, root_handle, "later", 0644, true, {}, result), 0, "later");
+        check(b.end_unit(true), 0, "end_unit");
+        check(b.begin_unit(), 0, "begin_unit");
+        check(b.create(root, root_handle, "dropped1", 0644, true, {}, result), 0, "dropped1");
+        check(b.create(root, root_handle, "dropped2", 0644, true, {}, result), 0, "dropped2");
+        check(b.end_unit(false), 0, "end_unit");
+        check(b.commit(), 0, "commit");
+    }
+    ATF_REQUIRE(exists(s, "second"));
+    ATF_REQUIRE(exists(s, "first"));
+    ATF_REQUIRE(exists(s, "later"));
+    ATF_REQUIRE(!exists(s, "dropped1"));
+    ATF_REQUIRE(!exists(s, "dropped2"));
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(slots_steps_and_stale_xids);
 ATF_TEST_CASE_BODY(slots_steps_and_stale_xids)
 {
@@ -212,6 +245,7 @@ ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, reply_with_its_operation);
     ATF_ADD_TEST_CASE(tcs, failed_operation_keeps_its_reply);
+    ATF_ADD_TEST_CASE(tcs, operations_in_one_unit);
     ATF_ADD_TEST_CASE(tcs, slots_steps_and_stale_xids);
     ATF_ADD_TEST_CASE(tcs, sessions);
 }
