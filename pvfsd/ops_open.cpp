@@ -85,19 +85,7 @@ Task<int> open_held(Call call, OpenTable &table, pvfsd_open_req req)
     } else {
         ++it->second.opens;
     }
-    // The open's attributes are the metadata server's alone: a regular
-    // file's size is its data servers'.
-    rc = co_await call.c.co_getattr(handle, a);
-    if (rc != 0) {
-        // The kernel does not count an open that failed: neither do we.
-        if (const auto own = table.entries.find(handle);
-            mine && own != table.entries.end() && own->second.epoch == epoch) {
-            if (--own->second.opens == 0)
-                table.entries.erase(own);
-            static_cast<void>(co_await call.c.co_close(handle));
-        }
-        co_return rc;
-    }
+    // co_open's attributes have the size too: no getattr.
     pvfsd_attr_resp r{};
     r.attr = to_dev_attr(a);
     call.out.put(r);

@@ -440,7 +440,8 @@ public:
     // `lease`: a client that holds files and changes nothing calls renew()
     // more often than that (it also re-opens the holds after a metadata
     // server restarted, and removes the objects of unlinked files whose
-    // holder died).  mode: open_read | open_write.
+    // holder died).  mode: open_read | open_write.  `out` is what getattr
+    // would answer (a regular file's size included).
     static constexpr std::uint32_t open_read = 1;
     static constexpr std::uint32_t open_write = 2;
     int open(Handle handle, std::uint32_t mode, Attr &out);
