@@ -114,9 +114,20 @@ std::optional<Key> Key::load(const std::string &path, std::string &error)
 {
     // O_NONBLOCK: opening a FIFO planted as the key file must not hang (it is
     // refused below as not a regular file); it changes nothing for files.
-    const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+    // O_NOFOLLOW: a symlink as the last component could be swapped to point at
+    // a file whose checks below would then be someone else's.
+    const UniqueFd fd(
+        ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW));
     if (!fd.valid()) {
-        error = fmt::format("{}: cannot open key file: {}", path, errno_text(errno));
+        const int open_errno = errno;
+        struct stat link {};
+        if (open_errno == ELOOP && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+            error = fmt::format("key file {} is a symbolic link: name the file itself, not a "
+                                "link to it",
+                                path);
+        } else {
+            error = fmt::format("{}: cannot open key file: {}", path, errno_text(open_errno));
+        }
         return std::nullopt;
     }
     struct stat st {};
@@ -126,6 +137,26 @@ std::optional<Key> Key::load(const std::string &path, std::string &error)
     }
     if (!S_ISREG(st.st_mode)) {
         error = fmt::format("{}: key file is not a regular file", path);
+        return std::nullopt;
+    }
+    // Whoever may write the file chooses the key; whoever may read it can
+    // sign requests as any uid.  So only this process's user or root may own
+    // it, and nobody else may have any access.
+    const uid_t euid = ::geteuid();
+    if (st.st_uid != euid && st.st_uid != 0) {
+        error = euid == 0
+                    ? fmt::format("key file {} is owned by uid {}: it must be owned by root "
+                                  "(chown 0 {})",
+                                  path, st.st_uid, path)
+                    : fmt::format("key file {} is owned by uid {}: it must be owned by uid {} "
+                                  "(the user reading it) or root (chown {} {})",
+                                  path, st.st_uid, euid, euid, path);
+        return std::nullopt;
+    }
+    if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+        error = fmt::format("key file {} is mode {:04o}: it must be readable by its owner only "
+                            "(chmod 600 {})",
+                            path, st.st_mode & 07777, path);
         return std::nullopt;
     }
     Secret text;
