@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "pvfs/gossip.hpp"
+#include "pvfs/perm.hpp"
 
 #ifndef PVFS_VERSION
 #define PVFS_VERSION "unknown"
@@ -287,10 +288,10 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
         }
         return;
     }
-    if (cluster_.defaults.root_squash && request_.cred.uid == 0) {
-        request_.cred.uid = 65534;
-        request_.cred.gid = 65534;
-    }
+    // Every id that is root's goes (uid, primary gid and group 0 among the
+    // groups), or a squashed caller would keep root's group rights.
+    if (cluster_.defaults.root_squash)
+        request_.cred = perm::squash(std::move(request_.cred), true);
     gossip::debug(Mask::server, "{} request {} from {}", proto::op_name(origin.op),
                   origin.request_id, bmi_->rev_lookup(message.peer()));
     switch (origin.op) {

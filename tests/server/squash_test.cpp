@@ -2,7 +2,8 @@
 // and two data servers): with root_squash, requests from uid 0 act as nobody
 // (65534:65534) on the servers, so root owns nothing it creates and gets no
 // owner's rights over other users' files, their bytes included; without it
-// root keeps them.  Other uids are never changed, and read/write/truncate of
+// root keeps them; root's group 0 is squashed as well, wherever it appears
+// in a caller's ids.  Other ids are never changed, and read/write/truncate of
 // a file's data follow its mode for every uid.
 #include <atf-c++.hpp>
 
@@ -261,10 +262,73 @@ ATF_TEST_CASE_BODY(file_data_follows_the_mode)
                "another client of bob writes the 0444 file");
 }
 
+// Root's group goes too: a caller's primary gid 0 becomes nobody's, and
+// group 0 leaves its supplementary groups, so neither a uid-1000 caller
+// with gid 0 nor a root caller with group 0 among its groups gets the group
+// rights of a group-0 file; without squashing both do.
+ATF_TEST_CASE_WITHOUT_HEAD(group_0_is_squashed_too);
+ATF_TEST_CASE_BODY(group_0_is_squashed_too)
+{
+    Cluster cl;
+    Attr file;
+    {
+        auto root = cl.connect(0, 0);
+        require_rc(root->create(root_handle, "group0.txt", 0070, true, {}, file), 0,
+                   "create group0.txt");
+        require_rc(root->write(file.handle, 0, test::pattern(5000, 7)), 5000, "fill group0.txt");
+        require(file.uid == 0 && file.gid == 0 && file.mode == 0070,
+                "group0.txt is not root:root mode 0070");
+    }
+    const auto as = [&cl](std::uint32_t uid, std::uint32_t gid, std::vector<std::uint32_t> groups) {
+        client::Options o = test::fresh_attrs();
+        o.credentials = Credentials{uid, gid, std::move(groups)};
+        return cl.connect(std::move(o));
+    };
+    struct Caller {
+        const char *who;
+        std::uint32_t uid;
+        std::uint32_t gid;
+        std::vector<std::uint32_t> groups;
+    };
+    const std::vector<Caller> callers{
+        {"uid 1000 gid 0", alice, 0, {}},
+        {"uid 1000 gid 1000 groups 0", alice, alice, {0}},
+        {"root with group 0 in its groups", 0, 0, {0, 5}},
+        {"root of gid 5 with group 0 in its groups", 0, 5, {0}},
+    };
+    for (const bool squash : {true, false}) {
+        cl.restart_with_squash(squash);
+        const std::string mode = squash ? " with root_squash" : " without root_squash";
+        for (const Caller &c : callers) {
+            auto client = as(c.uid, c.gid, c.groups);
+            std::vector<std::byte> got(5000);
+            if (squash) {
+                require_rc(client->read(file.handle, 0, got), -EACCES,
+                           std::string(c.who) + " reads a group-0 0070 file" + mode);
+                require_rc(client->write(file.handle, 0, test::pattern(10, 8)), -EACCES,
+                           std::string(c.who) + " writes a group-0 0070 file" + mode);
+                require_rc(client->access(file.handle, client::access_read), -EACCES,
+                           std::string(c.who) + " access(R_OK)" + mode);
+            } else {
+                require_rc(client->read(file.handle, 0, got), 5000,
+                           std::string(c.who) + " reads a group-0 0070 file" + mode);
+                require(got == test::pattern(5000, 7), "group0.txt bytes");
+                require_rc(client->access(file.handle, client::access_read), 0,
+                           std::string(c.who) + " access(R_OK)" + mode);
+            }
+        }
+    }
+    // uid 1000 with gid 1000 and no group 0 is never in the group.
+    auto plain = as(alice, alice, {});
+    std::vector<std::byte> got(5000);
+    require_rc(plain->read(file.handle, 0, got), -EACCES, "uid 1000 outside group 0 reads");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, squashed_root_is_nobody);
     ATF_ADD_TEST_CASE(tcs, unsquashed_root_keeps_its_rights);
     ATF_ADD_TEST_CASE(tcs, squashed_root_cannot_read_data);
     ATF_ADD_TEST_CASE(tcs, file_data_follows_the_mode);
+    ATF_ADD_TEST_CASE(tcs, group_0_is_squashed_too);
 }
