@@ -14,6 +14,8 @@
 #include <utility>
 #include <variant>
 
+#include <fmt/format.h>
+
 #include "pvfs/gossip.hpp"
 #include "pvfs/perm.hpp"
 
@@ -275,6 +277,8 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
     }
     Origin origin{message.peer(), message.tag(), request_.request_id,    request_.session,
                   request_.seq,   request_.op(), request_.knows_orphaned};
+    if (!addressed_here(origin))
+        return;
     const ReplayVerdict verdict =
         replay_.accept(request_.session, request_.seq, request_.time_ns, realtime_ns());
     if (verdict != ReplayVerdict::accepted) {
@@ -326,6 +330,47 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
                         proto::op_name(origin.op), self_.name);
         respond_error(origin, EOPNOTSUPP);
     }
+}
+
+bool Server::addressed_here(const Origin &origin)
+{
+    std::string fault;
+    if (request_.to) {
+        if (request_.to->fs_id != cluster_.fs_id)
+            fault = fmt::format("for file system id {} (this is {})", request_.to->fs_id,
+                                cluster_.fs_id);
+        else if (request_.to->server_index != self_index_)
+            fault = fmt::format("for server index {} (this is {}, index {})",
+                                request_.to->server_index, self_.name, self_index_);
+    } else if (cluster_.defaults.require_bound && origin.op != proto::Op::get_config) {
+        // get_config is exempt: a client given only a server's URL asks it
+        // for the config before it knows that server's index.
+        fault = "not bound to a server (require_bound = true)";
+    }
+    if (fault.empty())
+        return true;
+    // Logged once a minute per peer, with the count of those not logged, so
+    // a flood of them cannot flood the log.
+    constexpr std::size_t max_tracked_peers = 4096;
+    if (refusals_.size() >= max_tracked_peers && !refusals_.contains(origin.peer))
+        refusals_.clear();
+    Refusals &r = refusals_[origin.peer];
+    const auto now = std::chrono::steady_clock::now();
+    if (r.logged == std::chrono::steady_clock::time_point{} ||
+        now - r.logged >= std::chrono::minutes(1)) {
+        gossip::warning(
+            Mask::server, "refused {} request {} from {}: {}{}", proto::op_name(origin.op),
+            origin.request_id, bmi_->rev_lookup(origin.peer), fault,
+            r.unlogged == 0
+                ? std::string()
+                : fmt::format(" ({} more refused since the last such message)", r.unlogged));
+        r.logged = now;
+        r.unlogged = 0;
+    } else {
+        ++r.unlogged;
+    }
+    respond_error(origin, EINVAL);
+    return false;
 }
 
 proto::StatusResponse Server::status() const

@@ -64,6 +64,10 @@ private:
     Server(config::Cluster cluster, std::size_t self_index, proto::Key key);
 
     void on_request(const bmi::UnexpectedMessage &message);
+    // Whether the decoded request_ is for this server (docs/protocol.md
+    // "Destination binding"); if not, it is logged (at most once a minute
+    // per peer) and answered with EINVAL.
+    bool addressed_here(const Origin &origin);
     void send(const Origin &origin, proto::Response &response);
     void reply_done(Reply &reply, const bmi::Completion &done);
     [[nodiscard]] proto::StatusResponse status() const;
@@ -84,6 +88,13 @@ private:
     std::chrono::steady_clock::time_point started_;
 
     proto::Request request_; // decoded into again and again (its buffers reused)
+    // Misdirected or unbound requests: when each peer was last logged and
+    // how many went unlogged since (bounded: cleared when it grows large).
+    struct Refusals {
+        std::chrono::steady_clock::time_point logged{};
+        std::uint64_t unlogged = 0;
+    };
+    std::unordered_map<bmi::Addr, Refusals> refusals_;
     std::unordered_map<Reply *, std::unique_ptr<Reply>> replies_in_flight_;
     std::vector<std::unique_ptr<Reply>> free_replies_;
 };

@@ -75,6 +75,10 @@ struct Defaults {
     std::uint32_t request_timeout_ms = 60'000;
     std::uint32_t idle_timeout_ms = 30'000; // BMI idle timeout
     bool root_squash = false;
+    // Servers refuse requests that do not name them (docs/protocol.md
+    // "Destination binding"); false lets clients that do not yet send a
+    // destination in.
+    bool require_bound = true;
     bool durable_metadata = true; // metadata commits are fsynced
     // Exactly-once sessions (docs/protocol.md "Exactly once"): a client's
     // session and its cached replies go after this long without a change

@@ -722,15 +722,29 @@ inline constexpr std::uint32_t request_has_once = 1;
 // destroys the file as before, since the sender would remove its data
 // objects anyway (docs/protocol.md "Versioning").
 inline constexpr std::uint32_t request_knows_orphaned = 2;
-inline constexpr std::uint32_t request_flags = request_has_once | request_knows_orphaned;
+// The request names the server it is for (a Destination follows the once
+// ids, under the MAC): a request captured on its way to one server is then
+// refused by every other (docs/protocol.md "Destination binding").
+inline constexpr std::uint32_t request_bound = 4;
+inline constexpr std::uint32_t request_flags =
+    request_has_once | request_knows_orphaned | request_bound;
+
+// The server a request is for: the file system's id ([filesystem] id) and
+// the server's index in the config's server list.
+struct Destination {
+    std::uint32_t fs_id = 0;
+    std::uint32_t server_index = 0;
+    friend bool operator==(const Destination &, const Destination &) = default;
+};
 
 struct Request {
-    std::uint64_t request_id = 0; // the client's, echoed in the response
-    std::uint64_t session = 0;    // random per client instance
-    std::uint64_t seq = 0;        // strictly increasing within a session
-    std::int64_t time_ns = 0;     // the client's CLOCK_REALTIME when sent
-    OnceIds once;                 // on the wire only when present()
-    bool knows_orphaned = false;  // envelope flag request_knows_orphaned
+    std::uint64_t request_id = 0;  // the client's, echoed in the response
+    std::uint64_t session = 0;     // random per client instance
+    std::uint64_t seq = 0;         // strictly increasing within a session
+    std::int64_t time_ns = 0;      // the client's CLOCK_REALTIME when sent
+    OnceIds once;                  // on the wire only when present()
+    bool knows_orphaned = false;   // envelope flag request_knows_orphaned
+    std::optional<Destination> to; // on the wire (request_bound) when set
     Credentials cred;
     RequestBody body; // its alternative is the op
     [[nodiscard]] Op op() const noexcept { return static_cast<Op>(body.index() + 1); }

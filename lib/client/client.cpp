@@ -161,6 +161,7 @@ Task<int> setup(Client::Impl &impl, std::string &error)
         urls.push_back(chosen);
     }
     impl.set_servers(urls);
+    impl.bound = true;
     const char *rdma_env = std::getenv("PVFS_RDMA"); // NOLINT(concurrency-mt-unsafe)
     impl.rdma = method == "ib" && options.server_rdma &&
                 (rdma_env == nullptr || std::string_view(rdma_env) != "0");

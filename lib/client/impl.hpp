@@ -45,6 +45,10 @@ struct Client::Impl {
     Options options;
     config::Cluster cluster;
     std::optional<proto::Key> key;
+    // Requests name their server (fs_id, index in cluster.servers), once
+    // the config is known: a tcp:// target's first request, get_config,
+    // cannot.
+    bool bound = false;
     std::chrono::milliseconds timeout{60000};
     std::shared_ptr<Loop> loop;
     Loop::Impl *engine = nullptr;
@@ -106,6 +110,9 @@ struct Client::Impl {
         for (Rpc *r : rpcs) {
             r->url = &urls.at(r->server);
             r->key = &*key;
+            if (bound)
+                r->req.to =
+                    proto::Destination{cluster.fs_id, static_cast<std::uint32_t>(r->server)};
         }
         return engine->run(rpcs, depth, timeout,
                            detail::RetryPolicy{options.hard, options.retry_timeout});

@@ -296,8 +296,8 @@ private:
     {
         reject_unknown(d, "defaults",
                        {"stripe_size", "stripe_count", "bulk_chunk", "request_timeout",
-                        "idle_timeout", "root_squash", "durable_metadata", "session_ttl",
-                        "max_sessions", "lease"});
+                        "idle_timeout", "root_squash", "require_bound", "durable_metadata",
+                        "session_ttl", "max_sessions", "lease"});
         if (const Value *v = member(d, "stripe_size")) {
             const std::uint32_t size =
                 require_size_in(*v, "defaults.stripe_size", min_stripe_size, max_stripe_size);
@@ -329,6 +329,9 @@ private:
         }
         if (const Value *v = member(d, "root_squash")) {
             out.root_squash = require_bool(*v, "defaults.root_squash");
+        }
+        if (const Value *v = member(d, "require_bound")) {
+            out.require_bound = require_bool(*v, "defaults.require_bound");
         }
         if (const Value *v = member(d, "durable_metadata")) {
             out.durable_metadata = require_bool(*v, "defaults.durable_metadata");
@@ -717,6 +720,7 @@ std::string to_toml(const Cluster &c)
     out += fmt::format("request_timeout = {}\n", detail::duration_toml(d.request_timeout_ms));
     out += fmt::format("idle_timeout = {}\n", detail::duration_toml(d.idle_timeout_ms));
     out += fmt::format("root_squash = {}\n", d.root_squash);
+    out += fmt::format("require_bound = {}\n", d.require_bound);
     out += fmt::format("durable_metadata = {}\n", d.durable_metadata);
     out += fmt::format("session_ttl = {}\n", detail::duration_toml(d.session_ttl_ms));
     out += fmt::format("max_sessions = {}\n", d.max_sessions);

@@ -295,7 +295,8 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     e.num(protocol_version);
     e.num(static_cast<std::uint16_t>(req.op()));
     e.num((req.once.present() ? request_has_once : 0U) |
-          (req.knows_orphaned ? request_knows_orphaned : 0U)); // flags
+          (req.knows_orphaned ? request_knows_orphaned : 0U) |
+          (req.to ? request_bound : 0U)); // flags
     e.num(req.request_id);
     e.num(req.session);
     e.num(req.seq);
@@ -305,6 +306,10 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
         e.num(req.once.slot);
         e.num(req.once.step);
         e.num(req.once.xid);
+    }
+    if (req.to) {
+        e.num(req.to->fs_id);
+        e.num(req.to->server_index);
     }
     e.num(req.cred.uid);
     e.num(req.cred.gid);
@@ -387,6 +392,13 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
         } else if (d.ok() && out.once.step >= max_steps) {
             d.fail(DecodeError::bad_value, "exactly-once step out of range", out.once.step);
         }
+    }
+    out.to.reset();
+    if ((flags & request_bound) != 0) {
+        Destination to;
+        d.num(to.fs_id);
+        d.num(to.server_index);
+        out.to = to;
     }
     d.num(out.cred.uid);
     d.num(out.cred.gid);

@@ -1,12 +1,13 @@
 // pvfs-server's data role, spoken to directly over the protocol: a real
 // server process on loopback, inline and bulk (multi-chunk, list I/O)
 // writes and reads, holes, sizes, fsync, truncate, remove, listing, bad
-// requests, forged MACs and replays.
+// requests, forged MACs and replays, requests for another server.
 #include <atf-c++.hpp>
 
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ struct DataCluster {
                                                    {{"meta0", true, false}, {"data0", false, true}},
                                                    "bulk_chunk = \"64KiB\"\n");
     ServerProcess server{PVFS_SERVER_BINARY, files, "data0"};
-    RawClient client{files.cluster.find("data0")->addresses.at(0), files.key_path};
+    RawClient client{files, "data0"};
 };
 
 constexpr std::uint32_t chunk = 64U * 1024U;
@@ -239,6 +240,116 @@ ATF_TEST_CASE_BODY(forged_and_replayed)
     require(log.find("replayed") != std::string::npos, log);
 }
 
+namespace {
+
+// Two data servers (meta0, never started, is index 0; data0 is 1, data1 is
+// 2), each with a client bound to it.
+struct TwoDataCluster {
+    explicit TwoDataCluster(const std::string &extra_defaults = "")
+        : files(test::write_cluster(
+              fs::current_path() / "cluster",
+              {{"meta0", true, false}, {"data0", false, true}, {"data1", false, true}},
+              extra_defaults))
+    {
+    }
+    test::ClusterFiles files;
+    ServerProcess server0{PVFS_SERVER_BINARY, files, "data0"};
+    ServerProcess server1{PVFS_SERVER_BINARY, files, "data1"};
+    RawClient client0{files, "data0"};
+    RawClient client1{files, "data1"};
+};
+
+// The status of the answer to raw request bytes, or -1 if none came.
+int raw_status(RawClient &client, std::span<const std::byte> bytes)
+{
+    const auto answer = client.send_raw(bytes, 10000);
+    if (!answer)
+        return -1;
+    proto::Response resp;
+    const proto::DecodeResult d = proto::decode(*answer, client.key(), resp);
+    require(static_cast<bool>(d), "undecodable answer: " + d.message());
+    return resp.status;
+}
+
+std::vector<std::byte> read_object(RawClient &client, Handle h, std::size_t n)
+{
+    std::vector<std::byte> back(n, std::byte{0xee});
+    require_ok(client.call(proto::ReadRequest{h, {{0, n}}, chunk, 0, {}}, 20000, {}, back, chunk),
+               "read");
+    return back;
+}
+
+} // namespace
+
+// A request signed for data0 and sent to data1 (the same handle names an
+// object on each) is refused there with EINVAL and logged, and data1's
+// object is untouched; the same bytes are good at data0.
+ATF_TEST_CASE_WITHOUT_HEAD(misdirected_requests);
+ATF_TEST_CASE_BODY(misdirected_requests)
+{
+    TwoDataCluster dc;
+    const Handle h = make_handle(0, 4242);
+    const std::vector<std::byte> data1 = test::pattern(3000, 11);
+    require_ok(dc.client1.call(proto::WriteRequest{h, {{0, 3000}}, chunk, 0, data1, {}}),
+               "write on data1");
+    require_ok(dc.client0.call(proto::WriteRequest{h, {{0, 3000}}, chunk, 0, data1, {}}),
+               "write on data0");
+
+    const std::vector<std::byte> truncate = dc.client0.encode(proto::TruncateObjectRequest{h, 0});
+    ATF_REQUIRE_EQ(raw_status(dc.client1, truncate), EINVAL);
+    const std::vector<std::byte> write = dc.client0.encode(
+        proto::WriteRequest{h, {{100, 500}}, chunk, 0, test::pattern(500, 12), {}});
+    ATF_REQUIRE_EQ(raw_status(dc.client1, write), EINVAL);
+    // Another file system's request for data1's own index is refused too.
+    RawClient other_fs{dc.files, "data1"};
+    other_fs.to->fs_id ^= 1U;
+    ATF_REQUIRE_EQ(raw_status(dc.client1, other_fs.encode(proto::TruncateObjectRequest{h, 0})),
+                   EINVAL);
+    ATF_REQUIRE_EQ(object_size(dc.client1, h), 3000U);
+    require(read_object(dc.client1, h, 3000) == data1, "data1's object changed");
+
+    // They were good requests, for data0.
+    ATF_REQUIRE_EQ(raw_status(dc.client0, write), 0);
+    ATF_REQUIRE_EQ(raw_status(dc.client0, truncate), 0);
+    ATF_REQUIRE_EQ(object_size(dc.client0, h), 0U);
+
+    ATF_REQUIRE_EQ(dc.server1.stop(SIGTERM), 0);
+    const std::string log = dc.server1.log_text();
+    require(log.find("refused truncate_object request") != std::string::npos &&
+                log.find("for server index 1 (this is data1, index 2)") != std::string::npos,
+            log);
+    // Once a minute per peer: the second refusal (the write) is not logged.
+    require(log.find("refused write request") == std::string::npos, log);
+}
+
+// By default a request that names no server is refused (get_config
+// excepted: a client given only a URL asks for the config first);
+// require_bound = false lets it in.
+ATF_TEST_CASE_WITHOUT_HEAD(unbound_requests);
+ATF_TEST_CASE_BODY(unbound_requests)
+{
+    const Handle h = make_handle(0, 99);
+    {
+        TwoDataCluster dc;
+        dc.client1.to.reset();
+        require_status(dc.client1.call(proto::TruncateObjectRequest{h, 10}), EINVAL,
+                       "unbound truncate_object");
+        require_status(dc.client1.call(proto::StatusRequest{}), EINVAL, "unbound status");
+        require_ok(dc.client1.call(proto::GetConfigRequest{}), "unbound get_config");
+        dc.client1.to = proto::Destination{dc.files.cluster.fs_id, 2};
+        ATF_REQUIRE_EQ(object_size(dc.client1, h), proto::no_object_size);
+        ATF_REQUIRE_EQ(dc.server1.stop(SIGTERM), 0);
+        const std::string log = dc.server1.log_text();
+        require(log.find("not bound to a server") != std::string::npos, log);
+    }
+    fs::remove_all(fs::current_path() / "cluster");
+    TwoDataCluster dc("require_bound = false\n");
+    dc.client1.to.reset();
+    require_ok(dc.client1.call(proto::TruncateObjectRequest{h, 10}),
+               "unbound truncate_object with require_bound = false");
+    ATF_REQUIRE_EQ(object_size(dc.client1, h), 10U);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, status_and_config);
@@ -247,4 +358,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, fsync_truncate_remove_list);
     ATF_ADD_TEST_CASE(tcs, bad_requests);
     ATF_ADD_TEST_CASE(tcs, forged_and_replayed);
+    ATF_ADD_TEST_CASE(tcs, misdirected_requests);
+    ATF_ADD_TEST_CASE(tcs, unbound_requests);
 }

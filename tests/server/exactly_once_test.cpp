@@ -57,11 +57,6 @@ test::Cluster make_cluster()
     return {test::servers(1, 1), "request_timeout = \"5s\"\n", setup_options()};
 }
 
-std::string meta_url(const test::Cluster &cl)
-{
-    return cl.files.cluster.find("meta0")->addresses.at(0);
-}
-
 void open_session(test::RawClient &raw)
 {
     raw.once = {};
@@ -214,7 +209,7 @@ ATF_TEST_CASE_BODY(retried_changes)
     const Faults faults(drop_all());
     test::Cluster cl = make_cluster();
     auto setup = cl.connect(setup_options());
-    test::RawClient raw(meta_url(cl), cl.files.key_path);
+    test::RawClient raw(cl.files, "meta0");
     open_session(raw);
     std::uint32_t slot = 0;
     for (const Case &c : cases()) {
@@ -249,7 +244,7 @@ ATF_TEST_CASE_WITHOUT_HEAD(wrong_retries);
 ATF_TEST_CASE_BODY(wrong_retries)
 {
     test::Cluster cl = make_cluster();
-    test::RawClient raw(meta_url(cl), cl.files.key_path);
+    test::RawClient raw(cl.files, "meta0");
     // No session yet: EBADR, and nothing happens.
     raw.once = proto::OnceIds{client_id, 0, 0, 1};
     require(raw.call(proto::MkdirRequest{root_handle, "a", 0755}).response.status == EBADR,
@@ -286,14 +281,14 @@ ATF_TEST_CASE_BODY(across_restart)
     auto faults = std::make_unique<Faults>("crash_after_commit:create:1");
     test::Cluster cl = make_cluster();
     faults.reset();
-    test::RawClient raw(meta_url(cl), cl.files.key_path);
+    test::RawClient raw(cl.files, "meta0");
     open_session(raw);
     raw.once = proto::OnceIds{client_id, 3, 0, 77};
     const proto::RequestBody body = proto::CreateRequest{root_handle, "f", 0644, true, {}};
     require(!raw.call(body, lost_ms).answered, "answered although the server exited");
     require(cl.servers["meta0"]->stop(SIGKILL) == 9, "the server did not exit with status 9");
     cl.start("meta0");
-    test::RawClient again(meta_url(cl), cl.files.key_path);
+    test::RawClient again(cl.files, "meta0");
     again.once = raw.once;
     test::Call retry;
     for (int i = 0; i < 50 && !retry.answered; ++i)
@@ -323,7 +318,7 @@ ATF_TEST_CASE_BODY(library_sessions)
     require_rc(c->rename(root_handle, "d0", root_handle, "e0"), 0, "rename");
     // Its slots are in use now: a raw request with its id and an old
     // xid is refused without running.
-    test::RawClient raw(meta_url(cl), cl.files.key_path);
+    test::RawClient raw(cl.files, "meta0");
     raw.once = proto::OnceIds{client_id, 0, 0, 1};
     require(raw.call(proto::MkdirRequest{root_handle, "x", 0755}).response.status == EALREADY,
             "a stale request of the library's session is not EALREADY");

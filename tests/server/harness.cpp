@@ -348,6 +348,26 @@ RawClient::RawClient(const std::string &server_url, const std::string &key_path)
         throw std::runtime_error("cannot look up " + server_url);
 }
 
+namespace {
+
+const config::Server &server_named(const ClusterFiles &files, const std::string &name)
+{
+    const config::Server *s = files.cluster.find(name);
+    if (s == nullptr)
+        throw std::runtime_error("no server " + name + " in the config");
+    return *s;
+}
+
+} // namespace
+
+RawClient::RawClient(const ClusterFiles &files, const std::string &name)
+    : RawClient(server_named(files, name).addresses.at(0), files.key_path)
+{
+    to = proto::Destination{
+        files.cluster.fs_id,
+        static_cast<std::uint32_t>(&server_named(files, name) - files.cluster.servers.data())};
+}
+
 proto::Request RawClient::make_request(proto::RequestBody body)
 {
     proto::Request r;
@@ -357,6 +377,7 @@ proto::Request RawClient::make_request(proto::RequestBody body)
     r.time_ns = realtime_ns();
     r.cred = cred;
     r.once = once;
+    r.to = to;
     r.body = std::move(body);
     return r;
 }

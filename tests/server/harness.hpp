@@ -154,7 +154,11 @@ struct Call {
 // Speaks the protocol to one server directly.
 class RawClient {
 public:
+    // Requests to `server_url`, not bound to a server (`to` unset).
     RawClient(const std::string &server_url, const std::string &key_path);
+    // Requests to the server `name` of `files`, bound to it as libpvfs's
+    // are (docs/protocol.md "Destination binding").
+    RawClient(const ClusterFiles &files, const std::string &name);
 
     // Sends `body` and waits up to `timeout_ms` for the response.  For a
     // write without inline data, `send_data` is sent in chunks of
@@ -172,8 +176,9 @@ public:
                                                    int timeout_ms);
 
     [[nodiscard]] const proto::Key &key() const noexcept { return key_; }
-    Credentials cred;    // sent with every request
-    proto::OnceIds once; // likewise (none by default)
+    Credentials cred;                     // sent with every request
+    proto::OnceIds once;                  // likewise (none by default)
+    std::optional<proto::Destination> to; // likewise
 
 private:
     proto::Request make_request(proto::RequestBody body);

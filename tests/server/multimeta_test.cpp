@@ -285,7 +285,7 @@ ATF_TEST_CASE_BODY(fsck_finds_metadata_orphans)
     require_rc(run_fsck(cl, "", out), 0, "pvfs-fsck of a clean file system: " + out);
 
     // The first step of a remote mkdir alone, as a crash would leave it.
-    test::RawClient raw(cl.files.cluster.find("meta1")->addresses.at(0), cl.files.key_path);
+    test::RawClient raw(cl.files, "meta1");
     Attr root;
     require_rc(c->getattr(root_handle, root), 0, "getattr /");
     const test::Call made = raw.call(proto::MkdirObjectRequest{root, 0755});

@@ -409,7 +409,7 @@ ATF_TEST_CASE_BODY(replayed_close)
     auto b = cl.connect();
     const Handle h = make_file(*b, "replayed", 8);
     constexpr std::uint64_t id = 0x5eed'0000'0000'0024;
-    test::RawClient raw(cl.files.cluster.find("meta0")->addresses.at(0), cl.files.key_path);
+    test::RawClient raw(cl.files, "meta0");
     const test::Call session = raw.call(proto::SessionRequest{id, proto::session_open, "test"});
     require(session.answered && session.response.status == 0, "session open: " + session.error);
     const test::Call opened = raw.call(proto::OpenRequest{h, id, proto::open_read, 7, false});

@@ -136,6 +136,7 @@ config::Cluster unusual_cluster()
     c.defaults.request_timeout_ms = 1500;
     c.defaults.idle_timeout_ms = 120'000;
     c.defaults.root_squash = true;
+    c.defaults.require_bound = false;
     c.defaults.durable_metadata = false;
     c.defaults.session_ttl_ms = 90'000;
     c.defaults.max_sessions = 7;
@@ -166,6 +167,7 @@ ATF_TEST_CASE_BODY(example_parses)
     ATF_REQUIRE_EQ(c.defaults.request_timeout_ms, 60'000U);
     ATF_REQUIRE_EQ(c.defaults.idle_timeout_ms, 30'000U);
     ATF_REQUIRE(!c.defaults.root_squash);
+    ATF_REQUIRE(c.defaults.require_bound);
     ATF_REQUIRE(c.defaults.durable_metadata);
     ATF_REQUIRE_EQ(c.defaults.session_ttl_ms, 86'400'000U);
     ATF_REQUIRE_EQ(c.defaults.max_sessions, 65536U);
@@ -248,6 +250,7 @@ ATF_TEST_CASE_BODY(hash_stable_and_sensitive)
     change("request_timeout", [](config::Cluster &c) { c.defaults.request_timeout_ms += 1; });
     change("idle_timeout", [](config::Cluster &c) { c.defaults.idle_timeout_ms += 1; });
     change("root_squash", [](config::Cluster &c) { c.defaults.root_squash = false; });
+    change("require_bound", [](config::Cluster &c) { c.defaults.require_bound = true; });
     change("durable_metadata", [](config::Cluster &c) { c.defaults.durable_metadata = true; });
     change("server name", [](config::Cluster &c) { c.servers[1].name = "bb"; });
     change("address", [](config::Cluster &c) { c.servers[1].addresses[0] = "ib://host-b:4001"; });
@@ -331,6 +334,8 @@ ATF_TEST_CASE_BODY(defaults_errors)
                  "t.toml:19: defaults.idle_timeout: ", "out of range");
     expect_error(defaults("root_squash = \"yes\""),
                  "t.toml:19: defaults.root_squash: ", "expected true or false");
+    expect_error(defaults("require_bound = \"no\""),
+                 "t.toml:19: defaults.require_bound: ", "expected true or false");
     expect_error(defaults("durable_metadata = 1"),
                  "t.toml:19: defaults.durable_metadata: ", "expected true or false");
     expect_error(defaults("session_ttl = \"500ms\""),

@@ -417,8 +417,9 @@ ATF_TEST_CASE_WITHOUT_HEAD(nonzero_flags);
 ATF_TEST_CASE_BODY(nonzero_flags)
 {
     // Bit 0 is request_has_once (once_ids below), bit 1
-    // request_knows_orphaned (orphaned_field); every other bit is unknown.
-    for (const std::uint32_t flags : {4U, 0x80000000U, 0xFFFFFFFFU}) {
+    // request_knows_orphaned (orphaned_field), bit 2 request_bound
+    // (destination); every other bit is unknown.
+    for (const std::uint32_t flags : {8U, 0x80000000U, 0xFFFFFFFFU}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u32(m, request_flags_at, flags);
         resign(m);
@@ -465,6 +466,46 @@ ATF_TEST_CASE_BODY(once_ids)
     ATF_REQUIRE(d1 == proto::body_digest(back.body, scratch));
     ATF_REQUIRE(d1 != proto::body_digest(proto::RemoveRequest{.parent = 9, .name = "g"}, scratch));
     ATF_REQUIRE(d1 != proto::body_digest(proto::RmdirRequest{.parent = 9, .name = "f"}, scratch));
+}
+
+// The destination travels only with its flag, after the exactly-once ids,
+// under the MAC.
+ATF_TEST_CASE_WITHOUT_HEAD(destination);
+ATF_TEST_CASE_BODY(destination)
+{
+    const auto key = samples::test_key();
+    for (const bool with_once : {false, true}) {
+        proto::Request req = samples::request(proto::TruncateObjectRequest{.handle = 5, .size = 0},
+                                              with_once ? 2 : 1);
+        ATF_REQUIRE_EQ(req.once.present(), with_once);
+        req.to.reset();
+        const auto unbound = encoded(req, key);
+        req.to = proto::Destination{.fs_id = 0x01020304, .server_index = 7};
+        const auto bound = encoded(req, key);
+        ATF_REQUIRE_EQ(bound.size(), unbound.size() + 8);
+        proto::Request back;
+        ATF_REQUIRE(proto::decode(unbound, key, back));
+        ATF_REQUIRE(!back.to);
+        ATF_REQUIRE(proto::decode(bound, key, back));
+        ATF_REQUIRE(back == req);
+        ATF_REQUIRE(back.to && back.to->fs_id == 0x01020304 && back.to->server_index == 7);
+
+        // flags, request_id, session, seq, time, then the once ids if any.
+        const std::size_t to_at = request_flags_at + 4 + 8 + 8 + 8 + 8 + (with_once ? 24 : 0);
+        ATF_REQUIRE(bound.at(to_at) == std::byte{0x04});  // fs_id, little-endian
+        ATF_REQUIRE(bound.at(to_at + 4) == std::byte{7}); // server_index
+        // Another server or file system in the same signed bytes: bad MAC.
+        for (const std::size_t at : {to_at, to_at + 3, to_at + 4, to_at + 7}) {
+            auto m = bound;
+            m.at(at) ^= std::byte{1};
+            require_error(decode_request(m), DecodeError::bad_mac, "destination byte flipped");
+        }
+        // Dropping the flag (and the 8 bytes) from a bound request: bad MAC.
+        std::vector<std::byte> stripped(bound.begin(), bound.begin() + to_at);
+        stripped.insert(stripped.end(), bound.begin() + to_at + 8, bound.end());
+        put_u32(stripped, request_flags_at, with_once ? proto::request_has_once : 0U);
+        require_error(decode_request(stripped), DecodeError::bad_mac, "destination stripped");
+    }
 }
 
 // RemoveResponse/RenameResponse::orphaned is a trailing field: absent, the
@@ -1101,6 +1142,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, orphaned_field);
     ATF_ADD_TEST_CASE(tcs, open_close_values);
     ATF_ADD_TEST_CASE(tcs, once_ids);
+    ATF_ADD_TEST_CASE(tcs, destination);
     ATF_ADD_TEST_CASE(tcs, body_codec);
     ATF_ADD_TEST_CASE(tcs, truncated_at_every_byte);
     ATF_ADD_TEST_CASE(tcs, lengths_over_limits);

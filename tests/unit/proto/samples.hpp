@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -282,6 +283,11 @@ inline proto::Request request(proto::RequestBody body, std::uint64_t n = 1)
                                                 .step = 1,
                                                 .xid = 77 + n}
                                : proto::OnceIds{},
+            // Every third names its destination.
+            .to = n % 3 == 0
+                      ? std::optional<proto::Destination>(proto::Destination{
+                            .fs_id = 0xF5F5F5F5, .server_index = static_cast<std::uint32_t>(n)})
+                      : std::nullopt,
             .cred = credentials(),
             .body = std::move(body)};
 }
