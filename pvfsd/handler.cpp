@@ -227,6 +227,10 @@ void Handler::start_renewals()
         it->task.result();
         it = renewals_.erase(it);
     }
+    // Without sessions there are no holds to renew (co_renew would only
+    // answer -EOPNOTSUPP).
+    if (!options_.exactly_once)
+        return;
     const auto now = Clock::now();
     for (auto &[id, m] : clients_) {
         OpenTable &t = *m.opens;
@@ -366,7 +370,15 @@ Task<int> Handler::co_attach(Op &op, Downcall &out)
     o.check_data_access = false;
     o.request_timeout = options_.request_timeout;
     o.loop = loop_;
-    const MountPolicy policy = apply_mount_options(*req, *source, *options, o);
+    MountPolicy policy = apply_mount_options(*req, *source, *options, o);
+    if (!options_.exactly_once) {
+        // No session: the kernel's ops name no reply slot towards the
+        // servers, and co_open answers -EOPNOTSUPP (OPEN then only asks
+        // for attributes, CLOSE sends nothing).
+        o.exactly_once = false;
+        o.client_id = 0;
+        policy.client_id = 0;
+    }
     // The ATTACH itself gives up (mount(8) must not hang); the mount's
     // operations then wait as its options say.
     const bool hard = o.hard;

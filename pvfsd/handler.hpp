@@ -27,6 +27,9 @@ namespace pvfs::pvfsd {
 struct HandlerOptions {
     std::string key_file; // empty: libpvfs's default
     std::chrono::milliseconds request_timeout{0};
+    // Benchmarks only (--no-exactly-once): the mounts' clients open no
+    // session, so changes carry no reply-cache ids and OPEN holds nothing.
+    bool exactly_once = true;
 };
 
 // Every upcall runs as a task on one client::Loop: any number are in flight

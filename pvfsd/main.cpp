@@ -75,6 +75,8 @@ struct Settings {
     // Test only: exit at the first answer to this op, before the kernel
     // gets it (the servers have done the op: its replay must not redo it).
     std::string die_after_reply;
+    // Benchmarks only: what exactly-once costs, measured against this.
+    bool no_exactly_once = false;
 };
 
 std::string open_error(int err, const std::string &device)
@@ -190,6 +192,11 @@ int run(const Settings &s)
     }
     pvfs::pvfsd::HandlerOptions ho;
     ho.key_file = s.key_file;
+    ho.exactly_once = !s.no_exactly_once;
+    if (s.no_exactly_once)
+        gossip::warning(gossip::Mask::pvfsd,
+                        "--no-exactly-once (benchmarks only): a retried change may run twice, "
+                        "and a file unlinked while open is destroyed at once");
     pvfs::pvfsd::Handler handler(ho, loop, slots.bytes(), granted.slot_size);
     std::vector<std::byte> buf(PVFSD_DEV_MAX_MSG);
     auto answer = [&] {
@@ -333,6 +340,10 @@ int run_main(int argc, char **argv)
     app.option("--test-die-after-reply", s.die_after_reply,
                "TESTS ONLY: exit when the first OP (e.g. UNLINK) is done, before the kernel "
                "gets its answer, as a crash there would");
+    app.flag("--no-exactly-once", s.no_exactly_once,
+             "BENCHMARKS ONLY: open no session with the metadata servers, to measure what "
+             "exactly-once costs; a retried or replayed change is not exactly-once (it may "
+             "run twice) and a file unlinked while open is destroyed at once");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
     if ((s.slot_size & (s.slot_size - 1)) != 0) {
