@@ -161,7 +161,12 @@ void require_refused(const std::string &path, std::initializer_list<std::string>
     }
     for (const auto &part : parts) {
         if (error.find(part) == std::string::npos) {
-            ATF_FAIL("error '" + error + "' lacks '" + part + "'");
+            std::string what = "error '";
+            what += error;
+            what += "' lacks '";
+            what += part;
+            what += "'";
+            ATF_FAIL(what);
         }
     }
 }
@@ -501,8 +506,9 @@ ATF_TEST_CASE_BODY(destination)
             require_error(decode_request(m), DecodeError::bad_mac, "destination byte flipped");
         }
         // Dropping the flag (and the 8 bytes) from a bound request: bad MAC.
-        std::vector<std::byte> stripped(bound.begin(), bound.begin() + to_at);
-        stripped.insert(stripped.end(), bound.begin() + to_at + 8, bound.end());
+        const auto cut = static_cast<std::ptrdiff_t>(to_at);
+        std::vector<std::byte> stripped(bound.begin(), bound.begin() + cut);
+        stripped.insert(stripped.end(), bound.begin() + cut + 8, bound.end());
         put_u32(stripped, request_flags_at, with_once ? proto::request_has_once : 0U);
         require_error(decode_request(stripped), DecodeError::bad_mac, "destination stripped");
     }
