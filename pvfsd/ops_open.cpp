@@ -117,6 +117,8 @@ Task<int> close(Call call, OpenTable &table)
         co_return -EINVAL;
     std::vector<pvfsd_close_ref> refs(req->count);
     std::memcpy(refs.data(), tail->data(), tail->size());
+    std::vector<client::Client::CloseRef> closes;
+    closes.reserve(refs.size());
     for (const pvfsd_close_ref &ref : refs) {
         // An OPEN of the handle still running (a RECLAIM the kernel queued
         // before this CLOSE, or a replay) may add the hold after our close
@@ -131,10 +133,12 @@ Task<int> close(Call call, OpenTable &table)
         // Also when this pvfsd never saw the open (it came through a
         // daemon that died, and this CLOSE was queued or replayed to us):
         // the server holds it for the kernel's client id all the same.
-        if (const int rc = co_await call.c.co_close(ref.handle, ref.gen); rc != 0)
-            gossip::debug(gossip::Mask::pvfsd, "close of {:016x}: {} (the lease ends it)",
-                          ref.handle, client::error_text(rc));
+        closes.push_back({ref.handle, ref.gen});
     }
+    // The kernel's batch in one request per metadata server, not one each.
+    if (const int rc = co_await call.c.co_close(std::move(closes)); rc != 0)
+        gossip::debug(gossip::Mask::pvfsd, "close of {} file(s): {} (the lease ends it)",
+                      refs.size(), client::error_text(rc));
     co_return 0;
 }
 

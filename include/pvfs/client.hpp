@@ -461,6 +461,14 @@ public:
     // kernel opened through a dead one): the server drops the hold unless
     // a later open renewed it.
     Task<int> co_close(Handle handle, std::uint64_t gen);
+    // The same for many files at once: one request per metadata server
+    // (pvfsd's batches of the kernel's CLOSEs).  The first error, if any.
+    struct CloseRef {
+        Handle handle = no_handle;
+        std::uint64_t gen = 0;
+    };
+    Task<int> co_close(std::vector<CloseRef> refs);
+    int close(std::vector<CloseRef> refs);
     Task<int> co_renew();
 
     // ---- maintenance (pvfs-fsck) -------------------------------------------

@@ -3,6 +3,7 @@
 // (docs/metadata.md "Orphans and open references").
 #include <algorithm>
 #include <cerrno>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -52,20 +53,27 @@ Task<void> reclaim_if_rebooted(Client::Impl &m, std::size_t server, std::uint64_
     }
 }
 
-// The CLOSE of this client's opens of `handle` up to `gen`, then the
-// removal of the objects the server hands back.
+// The CLOSE of this client's opens of `refs` (all of one metadata
+// server), then the removal of the objects the server hands back.
+Task<int> send_close(Client::Impl &m, std::size_t server, std::vector<proto::OpenRef> refs)
+{
+    proto::CloseResponse r;
+    proto::RequestBody request = proto::CloseRequest{m.client_id, std::move(refs)};
+    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
+        co_return rc; // the holds go with our lease
+    co_await destroy(m, server, r.doomed);
+    co_await reclaim_if_rebooted(m, server, r.server_boot);
+    co_return 0;
+}
+
 Task<int> send_close(Client::Impl &m, Handle handle, std::uint64_t gen)
 {
     std::size_t server = 0;
     if (const int rc = m.meta_server_of(handle, server); rc != 0)
         co_return rc;
-    proto::CloseResponse r;
-    proto::RequestBody request = proto::CloseRequest{m.client_id, {proto::OpenRef{handle, gen}}};
-    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
-        co_return rc; // the hold goes with our lease
-    co_await destroy(m, server, r.doomed);
-    co_await reclaim_if_rebooted(m, server, r.server_boot);
-    co_return 0;
+    std::vector<proto::OpenRef> refs;
+    refs.push_back(proto::OpenRef{handle, gen});
+    co_return co_await send_close(m, server, std::move(refs));
 }
 
 } // namespace
@@ -135,6 +143,40 @@ Task<int> Client::co_close(Handle handle, std::uint64_t gen)
     co_return co_await send_close(m, handle, gen);
 }
 
+Task<int> Client::co_close(std::vector<CloseRef> refs)
+{
+    Impl &m = *impl_;
+    if (m.client_id == 0)
+        co_return -EOPNOTSUPP;
+    std::map<std::size_t, std::vector<proto::OpenRef>> by_server;
+    int first = 0;
+    for (const CloseRef &ref : refs) {
+        std::size_t server = 0;
+        int rc = ref.gen == 0 ? -EINVAL : m.meta_server_of(ref.handle, server);
+        if (rc == 0) {
+            if (const auto it = m.opened.find(ref.handle);
+                it != m.opened.end() && it->second.gen <= ref.gen)
+                m.opened.erase(it);
+            std::vector<proto::OpenRef> &mine = by_server[server];
+            mine.push_back(proto::OpenRef{ref.handle, ref.gen});
+            if (mine.size() == proto::max_close_handles) {
+                rc = co_await send_close(m, server, std::move(mine));
+                mine.clear();
+            }
+        }
+        if (first == 0)
+            first = rc;
+    }
+    for (auto &[server, mine] : by_server) {
+        if (mine.empty())
+            continue;
+        const int rc = co_await send_close(m, server, std::move(mine));
+        if (first == 0)
+            first = rc;
+    }
+    co_return first;
+}
+
 Task<int> Client::co_renew()
 {
     Impl &m = *impl_;
@@ -202,6 +244,11 @@ int Client::open(Handle handle, std::uint32_t mode, Attr &out)
 int Client::close(Handle handle)
 {
     return impl_->engine->wait(co_close(handle));
+}
+
+int Client::close(std::vector<CloseRef> refs)
+{
+    return impl_->engine->wait(co_close(std::move(refs)));
 }
 
 int Client::renew()

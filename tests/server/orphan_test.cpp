@@ -398,6 +398,40 @@ ATF_TEST_CASE_BODY(many_orphans)
     require(orphans(*b).empty(), "orphans left after the last closes");
 }
 
+// pvfsd's batch of the kernel's CLOSEs in one request: each file is
+// closed as if alone (the unlinked ones go, the one still linked and the
+// one not in the batch stay), and a bad entry fails only itself.
+ATF_TEST_CASE_WITHOUT_HEAD(batched_close);
+ATF_TEST_CASE_BODY(batched_close)
+{
+    test::Cluster cl = make_cluster();
+    auto a = cl.connect();
+    auto b = cl.connect();
+    std::vector<Handle> h;
+    for (unsigned i = 0; i < 5; ++i) {
+        h.push_back(make_file(*a, "b" + std::to_string(i), 20 + i));
+        Attr attr;
+        require_rc(a->open(h.back(), client::Client::open_read, attr), 0, "open");
+    }
+    for (unsigned i = 0; i < 4; ++i)
+        require_rc(b->unlink(root_handle, "b" + std::to_string(i)), 0, "unlink");
+    constexpr std::uint64_t every = ~std::uint64_t{0};
+    std::vector<client::Client::CloseRef> batch{
+        {h[0], every}, {h[1], every}, {h[2], 0}, {h[4], every}};
+    require_rc(a->close(batch), -EINVAL, "a batch with a gen-0 entry");
+    require(!has_object(*b, h[0]) && !has_object(*b, h[1]),
+            "the closed unlinked files' objects stayed");
+    require(orphan_state(*b, h[0]) == 0 && orphan_state(*b, h[1]) == 0,
+            "the closed unlinked files' records stayed");
+    require(has_object(*b, h[2]) && orphan_state(*b, h[2]) == 1, "the bad entry's file was closed");
+    require(has_object(*b, h[3]) && orphan_state(*b, h[3]) == 1,
+            "a file not in the batch was closed");
+    require_content(*b, h[4], 24, "the linked file after its close");
+    require_rc(a->close(std::vector<client::Client::CloseRef>{{h[2], every}, {h[3], every}}), 0,
+               "the rest");
+    require(orphans(*b).empty(), "orphans left after the last closes");
+}
+
 // A close whose reply is lost after the server released the file (pvfsd
 // killed before it removed the objects): the kernel replays the CLOSE to
 // the next pvfsd, and the replay must hand the objects out again, not
@@ -449,5 +483,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, restart_reclaim);
     ATF_ADD_TEST_CASE(tcs, open_unlink_race);
     ATF_ADD_TEST_CASE(tcs, many_orphans);
+    ATF_ADD_TEST_CASE(tcs, batched_close);
     ATF_ADD_TEST_CASE(tcs, replayed_close);
 }
