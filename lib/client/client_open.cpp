@@ -131,16 +131,9 @@ Task<int> Client::co_close(Handle handle)
 
 Task<int> Client::co_close(Handle handle, std::uint64_t gen)
 {
-    Impl &m = *impl_;
-    if (m.client_id == 0)
-        co_return -EOPNOTSUPP;
-    if (gen == 0)
-        co_return -EINVAL;
-    // Whatever this process counted: the caller says every open up to gen
-    // is closed (a later one, still held, keeps the entry and the hold).
-    if (const auto it = m.opened.find(handle); it != m.opened.end() && it->second.gen <= gen)
-        m.opened.erase(it);
-    co_return co_await send_close(m, handle, gen);
+    std::vector<CloseRef> refs;
+    refs.push_back(CloseRef{handle, gen});
+    co_return co_await co_close(std::move(refs));
 }
 
 Task<int> Client::co_close(std::vector<CloseRef> refs)
@@ -154,6 +147,9 @@ Task<int> Client::co_close(std::vector<CloseRef> refs)
         std::size_t server = 0;
         int rc = ref.gen == 0 ? -EINVAL : m.meta_server_of(ref.handle, server);
         if (rc == 0) {
+            // Whatever this process counted: the caller says every open up
+            // to gen is closed (a later one, still held, keeps the entry
+            // and the hold).
             if (const auto it = m.opened.find(ref.handle);
                 it != m.opened.end() && it->second.gen <= ref.gen)
                 m.opened.erase(it);
