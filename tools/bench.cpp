@@ -8,6 +8,8 @@
 // a local file through POSIX calls (pwrite, pread, fsync): the baseline,
 // and the way to measure a kernel mount (--drop-caches empties the page
 // cache before the read phase, so reads are not served from memory).
+// --hold makes each writer take and drop an open reference, as a write
+// through a mount does (the cost of orphan tracking to a stream).
 //
 //   pvfs-bench -c cluster.toml --clients 4 --region 256MiB --stripe-count 2
 //   pvfs-bench --local /mnt/pvfs/bench.dat --block 4KiB --random-reads 2000 --drop-caches
@@ -95,6 +97,7 @@ struct Plan {
     std::uint64_t region = 0;
     std::size_t block = 0;
     std::uint64_t random_reads = 0; // 0: the read phase reads the region in order
+    bool hold = false;              // each client holds the file open while it writes
 };
 
 // Where a client's bytes go: the pvfs client library, or a local file
@@ -123,6 +126,14 @@ public:
             return c_->fsync(file_);
         return ::fsync(fd_) == 0 ? 0 : -errno;
     }
+    // An open reference on the metadata server, as a mount's open(2) and
+    // close(2) take and drop one (what orphan tracking costs a writer).
+    std::int64_t hold()
+    {
+        Attr ignored;
+        return c_ != nullptr ? c_->open(file_, client::Client::open_write, ignored) : 0;
+    }
+    std::int64_t release() { return c_ != nullptr ? c_->close(file_) : 0; }
 
 private:
     client::Client *c_;
@@ -159,6 +170,13 @@ PhaseTimes run_phase(Storage &s, const Plan &p, unsigned id, bool writing)
     fill_pattern(buf);
     const std::uint64_t base = std::uint64_t{id} * p.region;
     t.start_ns = monotonic_ns();
+    if (writing && p.hold) {
+        t.error = s.hold();
+        if (t.error != 0) {
+            t.end_ns = monotonic_ns();
+            return t;
+        }
+    }
     if (!writing && p.random_reads != 0) {
         // Whole blocks only, so every read is one block; the seed is the
         // client's, so runs and targets read the same offsets.
@@ -180,6 +198,11 @@ PhaseTimes run_phase(Storage &s, const Plan &p, unsigned id, bool writing)
     }
     if (writing && t.error == 0)
         t.error = s.fsync();
+    if (writing && p.hold) {
+        const std::int64_t closed = s.release();
+        if (t.error == 0)
+            t.error = closed;
+    }
     t.end_ns = monotonic_ns();
     return t;
 }
@@ -302,6 +325,10 @@ static int run(int argc, char **argv)
                "of each client's region (default: read the region in order)");
     app.flag("--drop-caches", drop,
              "empty the page cache (/proc/sys/vm/drop_caches, root) before the read phase");
+    app.flag("--hold", plan.hold,
+             "each client opens the file (an open reference on the metadata server) before "
+             "its first write and closes it after its fsync, inside the timed phase, as a "
+             "program writing through a mount does");
     app.flag("--json", json, "print the result as JSON");
     app.flag("--keep", keep, "keep the file afterwards");
     if (const std::optional<int> status = app.parse(argc, argv))
@@ -372,9 +399,9 @@ static int run(int argc, char **argv)
         plan.file = setup.file;
         name = path.substr(path.rfind('/') + 1);
     } else {
-        if (stripe_count != 0 || !stripe_text.empty()) {
-            fmt::print(stderr, "pvfs-bench: --stripe-count and --stripe-size are for pvfs, not "
-                               "--local\n");
+        if (stripe_count != 0 || !stripe_text.empty() || plan.hold) {
+            fmt::print(stderr, "pvfs-bench: --stripe-count, --stripe-size and --hold are for "
+                               "pvfs, not --local\n");
             return tools::exit_usage;
         }
         path = plan.local;
@@ -479,6 +506,7 @@ static int run(int argc, char **argv)
         if (pvfs_target) {
             out.set("stripe_count", layout.stripe_count);
             out.set("stripe_size", layout.stripe_size);
+            out.set("hold", plan.hold);
         }
         for (std::size_t ph = 0; ph < 2; ++ph) {
             const Phase &p = phases.at(ph);

@@ -24,6 +24,8 @@ REPS = 3
 CLIENTS = (1, 2, 4)
 STRIPES = (1, 2, 4)
 MD_CLIENTS = (1, 4)
+HOLD_CLIENTS = (1, 4)
+DATA_SERVERS = 4
 FILES = ("data.csv", "summary.md", "summary.json", "invocations.csv", "cpu.csv", "bench.png",
          "mdtest.png")
 PROFILES = ("bench-C4-S4-write.txt", "mdtest-C1-create.txt")
@@ -44,22 +46,36 @@ def expected_targets():
     for c in MD_CLIENTS:
         for op in ("create", "remove"):
             names[f"{op}s/s C={c}, reply cache on/off"] = ("ratio", ">= 0.95", 0.95)
+    for c in HOLD_CLIENTS:
+        names[f"write MB/s C={c} S={DATA_SERVERS}, open references on/off"] = ("ratio", ">= 0.95",
+                                                                              0.95)
     return names
 
 
-def paired_ratio(rows, op, clients):
-    """The median of the per-repetition reply cache on/off ratios of data.csv."""
+def paired_ratio(rows, match, on, off):
+    """The median over repetitions of data.csv's value of target `on` / target
+    `off`, among the rows whose (phase, what, op, clients) is `match`."""
     by = {}
     for r in rows or []:
-        if (r.get("phase"), r.get("what"), r.get("op"), r.get("clients")) == \
-                ("pvfs-mdtest", "shared", op, str(clients)):
+        if (r.get("phase"), r.get("what"), r.get("op"), r.get("clients")) == match:
             try:
                 by.setdefault(r.get("rep"), {})[r.get("target")] = float(r.get("value"))
             except (TypeError, ValueError):
                 pass
-    ratios = [v["pvfs"] / v["pvfs-nocache"] for v in by.values()
-              if positive(v.get("pvfs")) and positive(v.get("pvfs-nocache"))]
+    ratios = [v[on] / v[off] for v in by.values() if positive(v.get(on)) and positive(v.get(off))]
     return statistics.median(ratios) if ratios else None
+
+
+def paired_of(name, rows):
+    """For a target computed from pairs: the median ratio data.csv gives; else
+    (False, None)."""
+    if "reply cache" in name:
+        op, c = name.split("s/s C=")[0], name.split("C=")[1].split(",")[0]
+        return True, paired_ratio(rows, ("pvfs-mdtest", "shared", op, c), "pvfs", "pvfs-nocache")
+    if "open references" in name:
+        c = name.split("C=")[1].split(" ")[0]
+        return True, paired_ratio(rows, ("pvfs-bench-hold", "pvfs", "write", c), "hold", "plain")
+    return False, None
 
 
 def check_summary(out):
@@ -84,10 +100,9 @@ def check_summary(out):
             problem(f"{name}: met is not a boolean")
         if not (positive(value) and positive(baseline)):
             continue
-        if "reply cache" in name:
+        paired, want = paired_of(name, rows)
+        if paired:
             # The median of the per-repetition ratios, not value / baseline.
-            op, c = name.split("s/s C=")[0], name.split("C=")[1].split(",")[0]
-            want = paired_ratio(rows, op, c)
             if want is None or not positive(ratio) or abs(ratio - want) > 1e-3 * want:
                 problem(f"{name}: ratio {ratio!r} is not the median per-repetition ratio {want}")
                 continue
@@ -122,6 +137,9 @@ def check_data(out):
     for what in ("pvfs", "dd"):
         for op in ("in", "out"):
             expect[("pvfs-cp", what, "disk", op, "", "")] = REPS
+    for c in HOLD_CLIENTS:
+        for kind in ("hold", "plain"):
+            expect[("pvfs-bench-hold", "pvfs", kind, "write", str(c), str(DATA_SERVERS))] = REPS
     got = {}
     for r in rows:
         key = (r.get("phase"), r.get("what"), r.get("target"), r.get("op"), r.get("clients"),
