@@ -48,6 +48,7 @@ struct pvfs_mount_opts {
 	bool soft;
 	bool softerr;
 	unsigned int retrans;
+	bool devices; /* device nodes may be opened (else SB_I_NODEV) */
 };
 
 /* One mounted pvfs: the superblock's s_fs_info. */

@@ -61,6 +61,8 @@ enum pvfs_param {
 	Opt_soft,
 	Opt_softerr,
 	Opt_retrans,
+	Opt_devices,
+	Opt_nodevices,
 };
 
 static const struct fs_parameter_spec pvfs_fs_parameters[] = {
@@ -70,7 +72,11 @@ static const struct fs_parameter_spec pvfs_fs_parameters[] = {
 	fsparam_flag("nointr", Opt_nointr),    fsparam_flag("sync", Opt_sync),
 	fsparam_u32("timeo", Opt_timeo),       fsparam_flag("hard", Opt_hard),
 	fsparam_flag("soft", Opt_soft),	       fsparam_flag("softerr", Opt_softerr),
-	fsparam_u32("retrans", Opt_retrans),   {}};
+	fsparam_u32("retrans", Opt_retrans),
+	fsparam_flag("devices", Opt_devices),
+	fsparam_flag("nodevices", Opt_nodevices),
+	{}
+};
 
 /* Longest a cache timeout or the grace time may be: a day. */
 #define PVFS_MAX_SECONDS 86400u
@@ -91,6 +97,7 @@ static void pvfs_default_opts(struct pvfs_mount_opts *opts)
 	opts->soft = false;
 	opts->softerr = false;
 	opts->retrans = 2;
+	opts->devices = false;
 }
 
 static int pvfs_parse_param(struct fs_context *fc, struct fs_parameter *param)
@@ -161,6 +168,12 @@ static int pvfs_parse_param(struct fs_context *fc, struct fs_parameter *param)
 				       PVFS_MAX_RETRANS);
 		opts->retrans = result.uint_32;
 		break;
+	case Opt_devices:
+		opts->devices = true;
+		break;
+	case Opt_nodevices:
+		opts->devices = false;
+		break;
 	}
 	return 0;
 }
@@ -195,6 +208,8 @@ static int pvfs_show_options(struct seq_file *m, struct dentry *root)
 	else
 		seq_puts(m, ",hard");
 	seq_printf(m, ",timeo=%u,retrans=%u", opts->timeo, opts->retrans);
+	if (opts->devices)
+		seq_puts(m, ",devices");
 	return 0;
 }
 
@@ -327,6 +342,14 @@ static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 	sb->s_blocksize_bits = PAGE_SHIFT;
 	if (sbi->opts.sync)
 		sb->s_flags |= SB_SYNCHRONOUS;
+	/*
+	 * Device nodes on a network file system are whatever any client made
+	 * them: opening one stays refused unless the mount asks for devices
+	 * (mount.pvfs passes it for -o dev), also for a mount(2) that never
+	 * went through mount.pvfs and so lacks nodev.
+	 */
+	if (!sbi->opts.devices)
+		sb->s_iflags |= SB_I_NODEV;
 
 	/*
 	 * A bdi of its own: writeback, and readahead of PVFS_RA_BYTES, so that
@@ -407,9 +430,11 @@ static int pvfs_reconfigure(struct fs_context *fc)
 		return err;
 	/* pvfsd got these in ATTACH: they stay what the mount began with */
 	if (opts->soft != sbi->opts.soft || opts->softerr != sbi->opts.softerr ||
-	    opts->retrans != sbi->opts.retrans || opts->timeo != sbi->opts.timeo)
-		return invalfc(fc,
-			       "hard, soft, softerr, timeo and retrans cannot change on remount");
+	    opts->retrans != sbi->opts.retrans || opts->timeo != sbi->opts.timeo ||
+	    opts->devices != sbi->opts.devices)
+		return invalfc(
+			fc,
+			"hard, soft, softerr, timeo, retrans and devices cannot change on remount");
 	/* the cache timeouts and intr may change; sync follows flags */
 	opts->sync = !!(fc->sb_flags & SB_SYNCHRONOUS);
 	sbi->opts = *opts;
