@@ -279,8 +279,12 @@ bool MetaService::fault_fires(const Job &job, MetaFault::Kind &kind)
 {
     // Only changes with exactly-once ids that ran count (not a retry
     // answered from the cache, nor one refused for want of a session), so
-    // a test sets up its files with a client that sends no ids.
-    if (settings_.faults.empty() || !job.ran)
+    // a test sets up its files with a client that sends no ids.  A close
+    // has no ids (it is idempotent by its gens): those naming files count,
+    // renewals do not.
+    const auto *close = std::get_if<proto::CloseRequest>(&job.body);
+    const bool counts = job.ran || (close != nullptr && !close->refs.empty() && job.error == 0);
+    if (settings_.faults.empty() || !counts)
         return false;
     const std::uint64_t n = ++answered_[job.origin.op];
     for (const MetaFault &f : settings_.faults) {

@@ -29,7 +29,8 @@ namespace pvfs::server {
 
 // Faults a test asks for ($PVFS_TEST_FAULTS, docs/testing.md): the n-th
 // committed change of `op` (counting from 1) that carries exactly-once ids
-// gets no reply, or the server exits (status 9) right after committing it.
+// (or the n-th close naming files) gets no reply, or the server exits
+// (status 9) right after committing it.
 struct MetaFault {
     enum class Kind : std::uint8_t { drop_reply, crash_after_commit };
     Kind kind = Kind::drop_reply;

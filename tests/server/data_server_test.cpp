@@ -5,7 +5,9 @@
 #include <atf-c++.hpp>
 
 #include <csignal>
+#include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -259,6 +261,13 @@ struct TwoDataCluster {
     RawClient client1{files, "data1"};
 };
 
+std::int64_t realtime_ns()
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 // The status of the answer to raw request bytes, or -1 if none came.
 int raw_status(RawClient &client, std::span<const std::byte> bytes)
 {
@@ -350,6 +359,60 @@ ATF_TEST_CASE_BODY(unbound_requests)
     ATF_REQUIRE_EQ(object_size(dc.client1, h), 10U);
 }
 
+// What each refusal is answered (docs/protocol.md "What a refused request
+// is answered"): a misdirected or unbound request EINVAL, as often as it
+// is sent (the replay guard records nothing of it); a request whose time
+// is outside the replay window ETIME; only a copy of a request that was
+// accepted gets nothing.  With require_bound = false an unbound request
+// sent to the wrong server is not refused at all: it runs there, and
+// sending the same bytes again is that silent replay (the 10 s of silence
+// a misdirected truncate met in an earlier session).  libpvfs never sends
+// bytes twice: each try has a fresh seq (retry_test:lost_replies).
+ATF_TEST_CASE_WITHOUT_HEAD(refusals_answered);
+ATF_TEST_CASE_BODY(refusals_answered)
+{
+    const Handle h = make_handle(0, 77);
+    {
+        TwoDataCluster dc;
+        const std::vector<std::byte> misdirected =
+            dc.client0.encode(proto::TruncateObjectRequest{h, 0});
+        dc.client0.to.reset();
+        const std::vector<std::byte> unbound =
+            dc.client0.encode(proto::TruncateObjectRequest{h, 0});
+        for (int i = 0; i < 2; ++i) {
+            ATF_REQUIRE_EQ(raw_status(dc.client1, misdirected), EINVAL);
+            ATF_REQUIRE_EQ(raw_status(dc.client1, unbound), EINVAL);
+        }
+        // A clock a window off (the default window is 120 s), each way.
+        for (const std::int64_t skew : {-300'000'000'000LL, 300'000'000'000LL}) {
+            proto::Request req;
+            req.request_id = 1;
+            req.session = 0x5eed'0000'0000'0001ULL;
+            req.seq = 1;
+            req.time_ns = realtime_ns() + skew;
+            req.to = proto::Destination{dc.files.cluster.fs_id, 2};
+            req.body = proto::TruncateObjectRequest{h, 0};
+            std::vector<std::byte> bytes;
+            proto::encode(req, dc.client1.key(), bytes);
+            ATF_REQUIRE_EQ(raw_status(dc.client1, bytes), ETIME);
+        }
+        ATF_REQUIRE_EQ(object_size(dc.client1, h), proto::no_object_size);
+    }
+    fs::remove_all(fs::current_path() / "cluster");
+    TwoDataCluster dc("require_bound = false\n");
+    dc.client0.to.reset();
+    const std::vector<std::byte> truncate = dc.client0.encode(proto::TruncateObjectRequest{h, 10});
+    ATF_REQUIRE_EQ(raw_status(dc.client1, truncate), 0);
+    ATF_REQUIRE_EQ(object_size(dc.client1, h), 10U);
+    ATF_REQUIRE(!dc.client1.send_raw(truncate, 1500).has_value());
+    // The same change in a new request (a fresh seq) is answered.
+    ATF_REQUIRE_EQ(raw_status(dc.client1, dc.client0.encode(proto::TruncateObjectRequest{h, 10})),
+                   0);
+    ATF_REQUIRE_EQ(dc.server1.stop(SIGTERM), 0);
+    require(dc.server1.log_text().find("request replayed") != std::string::npos,
+            "the replay is not logged");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, status_and_config);
@@ -360,4 +423,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, forged_and_replayed);
     ATF_ADD_TEST_CASE(tcs, misdirected_requests);
     ATF_ADD_TEST_CASE(tcs, unbound_requests);
+    ATF_ADD_TEST_CASE(tcs, refusals_answered);
 }

@@ -58,6 +58,9 @@ ClusterFiles write_cluster(const std::filesystem::path &dir, const std::vector<S
                            const std::string &extra_defaults);
 
 // A running pvfs-server; SIGTERM then SIGKILL and reaped when destroyed.
+// It is also killed when the thread that started it ends (PR_SET_PDEATHSIG
+// follows the forking thread, not the process): start servers from a
+// thread that outlives them.
 class ServerProcess {
 public:
     ServerProcess(const std::string &binary, const ClusterFiles &files, const std::string &name);

@@ -15,10 +15,12 @@
 #include <barrier>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -27,6 +29,7 @@
 
 #include "harness.hpp"
 #include "pvfs/client.hpp"
+#include "pvfs/task.hpp"
 
 namespace {
 
@@ -103,6 +106,144 @@ bool wait_for(const std::function<bool()> &done, std::chrono::seconds limit,
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     return done();
+}
+
+// The server's log says a test fault fired (PVFS_TEST_FAULTS).
+bool fault_fired(const test::Cluster &cl, const std::string &name)
+{
+    return cl.servers.at(name)->log_text().find("TEST FAULT:") != std::string::npos;
+}
+
+// A batched CLOSE across a metadata server that dies: SIGKILLed before the
+// CLOSE is sent (`crash` false), or exiting right after committing it,
+// before its reply (`crash` true, a test fault).  The close is retried to
+// the restarted server and answers 0; the restart's grace releases
+// nothing, then the files the batch closed go (their objects too), while
+// a file another client still holds and one the closer still holds stay.
+void close_across_restart(bool crash)
+{
+    auto faults =
+        crash ? std::make_unique<test::ScopedEnv>("PVFS_TEST_FAULTS", "crash_after_commit:close:1")
+              : nullptr;
+    test::Cluster cl = make_cluster("lease = \"3s\"\n");
+    faults.reset(); // the restarted server has none
+    std::string error;
+    const std::shared_ptr<client::Loop> loop = client::Loop::create(error);
+    require(loop != nullptr, "Loop::create: " + error);
+    client::Options with_loop = test::fresh_attrs();
+    with_loop.loop = loop;
+    auto a = cl.connect(with_loop);
+    auto b = cl.connect();
+    auto c = cl.connect();
+    constexpr std::uint64_t every = ~std::uint64_t{0};
+    std::vector<Handle> closed;
+    std::vector<client::Client::CloseRef> batch;
+    Attr attr;
+    for (unsigned i = 0; i < 4; ++i) {
+        closed.push_back(make_file(*a, "k" + std::to_string(i), 40 + i));
+        require_rc(a->open(closed.back(), client::Client::open_read, attr), 0, "open");
+        batch.push_back({closed.back(), every});
+    }
+    // Closed by a in the batch, but c holds it too.
+    const Handle shared = make_file(*a, "shared", 50);
+    require_rc(a->open(shared, client::Client::open_read, attr), 0, "a's open of shared");
+    require_rc(c->open(shared, client::Client::open_read, attr), 0, "c's open of shared");
+    batch.push_back({shared, every});
+    // a's own loop, for its tasks.
+    const auto poll_until = [&](const std::function<bool()> &done, std::chrono::seconds limit) {
+        const auto end = Clock::now() + limit;
+        while (!done() && Clock::now() < end)
+            loop->poll(50);
+        return done();
+    };
+    // Held by a and not in the batch.
+    const Handle kept = make_file(*a, "kept", 51);
+    require_rc(a->open(kept, client::Client::open_read | client::Client::open_write, attr), 0,
+               "open kept");
+    // Opened twice by a (gens 1000 and 1001); the batch closes the first
+    // open only, so the hold of the second must outlive both copies of the
+    // close.
+    const Handle twice = make_file(*a, "twice", 52);
+    for (const std::uint64_t gen : {std::uint64_t{1000}, std::uint64_t{1001}}) {
+        Task<int> opening = a->co_open(twice, client::Client::open_read, gen, false, attr);
+        opening.start();
+        require(poll_until([&] { return opening.done(); }, std::chrono::seconds(10)),
+                "the open of twice did not end");
+        require_rc(opening.result(), 0, "open of twice");
+    }
+    batch.push_back({twice, 1000});
+    for (const std::string name : {"k0", "k1", "k2", "k3", "shared", "kept", "twice"})
+        require_rc(b->unlink(root_handle, name), 0, "unlink " + name);
+    require(orphans(*b).size() == 7, "not seven held orphans");
+
+    // The close is a task on a's loop, polled from this thread while the
+    // server goes and comes back: a client belongs to the thread that
+    // uses it (its BMI's io_uring), and a server dies with the thread that
+    // started it (PR_SET_PDEATHSIG), so both stay here.
+    Task<int> closing = a->co_close(batch);
+    int old_status = -1;
+    const auto sent = Clock::now();
+    if (crash) {
+        // The server exits once it committed the close; restart it then.
+        closing.start();
+        require(poll_until([&] { return fault_fired(cl, "meta0"); }, std::chrono::seconds(20)),
+                "the test fault did not fire");
+        old_status = cl.servers["meta0"]->stop(SIGKILL);
+    } else {
+        old_status = cl.servers["meta0"]->stop(SIGKILL);
+        closing.start();
+        static_cast<void>(poll_until([] { return false; }, std::chrono::seconds(1)));
+    }
+    cl.start("meta0");
+    require(poll_until([&] { return closing.done(); }, std::chrono::seconds(20)),
+            "the close did not end");
+    const auto took = Clock::now() - sent;
+    const int rc = closing.result();
+    require(old_status == (crash ? 9 : 128 + SIGKILL),
+            "the first metadata server ended with status " + std::to_string(old_status));
+    require_rc(rc, 0, "the batched close across the restart");
+    require(took >= std::chrono::milliseconds(crash ? 0 : 900), "the close did not wait");
+
+    // In the grace nothing is destroyed: nobody knows yet who holds what.
+    for (const Handle h : closed)
+        require(has_object(*b, h), "an object went in the grace");
+    // c and a re-open what they hold (they see the new boot in a reply);
+    // a lease + 10 s later the grace is over.
+    const auto grace_over = Clock::now() + std::chrono::seconds(14);
+    while (Clock::now() < grace_over) {
+        require_rc(c->renew(), 0, "c's renewal");
+        require_rc(a->renew(), 0, "a's renewal");
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    const auto closed_gone = [&] {
+        return std::ranges::all_of(
+            closed, [&](Handle h) { return orphan_state(*b, h) == 0 && !has_object(*b, h); });
+    };
+    require(wait_for(closed_gone, std::chrono::seconds(20),
+                     [&] {
+                         static_cast<void>(a->renew());
+                         static_cast<void>(c->renew());
+                     }),
+            "the files the batch closed were not reclaimed after the grace");
+    require(orphan_state(*b, shared) == 1 && has_object(*b, shared),
+            "the file c still holds was destroyed");
+    require(orphan_state(*b, twice) == 1 && has_object(*b, twice),
+            "the file a holds through a later open than the batch closed was destroyed");
+    require(orphan_state(*b, kept) == 1 && has_object(*b, kept),
+            "the file a still holds was destroyed");
+    require_content(*c, shared, 50, "shared, held by c");
+    require_content(*a, kept, 51, "kept, held by a");
+    require_rc(c->close(shared), 0, "c's close of shared");
+    require_rc(a->close(kept), 0, "a's close of kept");
+    require_content(*a, twice, 52, "twice, held by a");
+    require_rc(a->close(twice), 0, "a's close of twice");
+    require(has_object(*b, twice), "twice went while a still counted an open");
+    require_rc(a->close(twice), 0, "a's last close of twice");
+    require(!has_object(*b, shared) && !has_object(*b, kept) && !has_object(*b, twice),
+            "objects stayed after the last closes");
+    require(orphans(*b).empty(), "orphans left after the last closes");
+    // Every hold of a went: its handles are closed.
+    require_rc(a->close(kept), -EBADF, "a second close of kept");
 }
 
 } // namespace
@@ -473,6 +614,24 @@ ATF_TEST_CASE_BODY(replayed_close)
             "a close after the orphan was finished hands out something");
 }
 
+// The metadata server is SIGKILLed before pvfsd's batched CLOSE reaches
+// it and comes back while the close retries.
+ATF_TEST_CASE_WITHOUT_HEAD(batched_close_meta_killed);
+ATF_TEST_CASE_BODY(batched_close_meta_killed)
+{
+    close_across_restart(false);
+}
+
+// The metadata server commits the batched CLOSE (the files it released
+// became reclaim records) and dies before replying: the retry to its
+// successor drops nothing twice, and the records are handed out after the
+// grace.
+ATF_TEST_CASE_WITHOUT_HEAD(batched_close_meta_crash);
+ATF_TEST_CASE_BODY(batched_close_meta_crash)
+{
+    close_across_restart(true);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, unlink_while_open);
@@ -485,4 +644,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, many_orphans);
     ATF_ADD_TEST_CASE(tcs, batched_close);
     ATF_ADD_TEST_CASE(tcs, replayed_close);
+    ATF_ADD_TEST_CASE(tcs, batched_close_meta_killed);
+    ATF_ADD_TEST_CASE(tcs, batched_close_meta_crash);
 }
