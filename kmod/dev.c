@@ -460,8 +460,8 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t le
 
 		if (len != sizeof(*r))
 			return pvfs_why(why, "%zu bytes", len);
-		if (r->created > 1 || r->pad)
-			return pvfs_why(why, "created=%u", r->created);
+		if (r->created > 1 || r->opened > 1)
+			return pvfs_why(why, "created=%u opened=%u", r->created, r->opened);
 		err = pvfs_check_attr(&r->attr, why);
 		return err ? err : pvfs_check_object(op, &r->attr, why);
 	}

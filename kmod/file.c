@@ -706,6 +706,12 @@ int pvfs_open_created(struct inode *inode, struct file *file)
 	return pvfs_open(inode, file);
 }
 
+int pvfs_open_held(struct inode *inode, struct file *file)
+{
+	/* the CREATE opened it on the servers and pvfs_open_adopt counted it */
+	return generic_file_open(inode, file);
+}
+
 static int pvfs_release(struct inode *inode, struct file *file)
 {
 	struct address_space *mapping = inode->i_mapping;

@@ -136,15 +136,21 @@ static int pvfs_instantiate(struct inode *dir, struct dentry *dentry, const stru
 	return 0;
 }
 
-/* CREATE of @dentry in @dir; *@created: this request made the file. */
+/*
+ * CREATE of @dentry in @dir; *@created: this request made the file.  With
+ * @open_mode (PVFSD_OPEN_*) the daemon also opens it in the same request
+ * to the servers; *@gen is then that open's gen (the tag), 0 if the
+ * servers do not hold it.
+ */
 static int pvfs_create_file(struct inode *dir, struct dentry *dentry, umode_t mode, bool excl,
-			    bool *created)
+			    u32 open_mode, bool *created, u64 *gen)
 {
 	const struct pvfsd_create_resp *resp;
 	struct pvfsd_create_req *req;
 	struct pvfs_op *op;
 	int err;
 
+	*gen = 0;
 	if (dentry->d_name.len > PVFSD_MAX_NAME)
 		return -ENAMETOOLONG;
 	op = pvfs_op_new(PVFS_SB(dir->i_sb), PVFSD_OP_CREATE, sizeof(*req) + dentry->d_name.len,
@@ -156,12 +162,20 @@ static int pvfs_create_file(struct inode *dir, struct dentry *dentry, umode_t mo
 	req->name_len = dentry->d_name.len;
 	req->mode = mode & 07777;
 	req->exclusive = excl;
+	req->open_mode = open_mode;
 	memcpy(req + 1, dentry->d_name.name, dentry->d_name.len);
 	err = pvfs_op_run(op);
 	if (!err) {
 		resp = pvfs_op_resp(op);
 		*created = resp->created;
 		err = pvfs_instantiate(dir, dentry, &resp->attr);
+		if (open_mode && resp->opened) {
+			if (err) /* held, but not ours to count: it closes again */
+				pvfs_close_handle(PVFS_SB(dir->i_sb), resp->attr.handle,
+						  pvfs_op_tag(op));
+			else
+				*gen = pvfs_op_tag(op);
+		}
 	}
 	pvfs_op_put(op);
 	return err;
@@ -171,15 +185,17 @@ static int pvfs_create(PVFS_IDMAP_T *idmap, struct inode *dir, struct dentry *de
 		       bool excl)
 {
 	bool created;
+	u64 gen;
 
-	return pvfs_create_file(dir, dentry, mode, excl, &created);
+	return pvfs_create_file(dir, dentry, mode, excl, 0, &created, &gen);
 }
 
 /*
  * open(O_CREAT) of a name not in the cache, or cached as absent.  An
  * exclusive create needs no LOOKUP first: the server refuses a name that
- * exists (EEXIST).  The file CREATE made is then opened as any file, with
- * an OPEN, so that the servers hold it while open.
+ * exists (EEXIST).  The CREATE also opens the file (one round trip, not a
+ * CREATE and an OPEN), so that the servers hold it while open; a daemon
+ * that could not hold it says so, and the file is then opened with an OPEN.
  * Other opens look the name up as usual; a name found absent is created,
  * and a file that existed after all is left to the usual open (permission
  * checks, O_TRUNC, close-to-open revalidation).
@@ -188,8 +204,11 @@ static int pvfs_atomic_open(struct inode *dir, struct dentry *dentry, struct fil
 			    unsigned int open_flags, umode_t mode)
 {
 	bool excl = (open_flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL);
+	u32 open_mode = pvfs_open_bits(file->f_mode);
 	struct dentry *found = NULL;
 	bool created = false;
+	struct inode *inode;
+	u64 gen;
 	int err;
 
 	if (d_in_lookup(dentry) && !excl) {
@@ -202,14 +221,29 @@ static int pvfs_atomic_open(struct inode *dir, struct dentry *dentry, struct fil
 	if (!(open_flags & O_CREAT) || d_really_is_positive(dentry))
 		return finish_no_open(file, found);
 
-	err = pvfs_create_file(dir, dentry, mode, excl, &created);
-	if (err || !created) {
-		if (err)
-			dput(found);
-		return err ? err : finish_no_open(file, found);
+	err = pvfs_create_file(dir, dentry, mode, excl, open_mode, &created, &gen);
+	if (err) {
+		dput(found);
+		return err;
+	}
+	inode = d_inode(dentry);
+	if (gen)
+		pvfs_open_adopt(inode, open_mode, gen);
+	if (!created) {
+		/*
+		 * It existed: the usual open follows, with its own OPEN.  The
+		 * hold the CREATE took is counted and released, so that its
+		 * CLOSE (or the mount's later one) ends it.
+		 */
+		if (gen)
+			pvfs_open_release(inode);
+		return finish_no_open(file, found);
 	}
 	file->f_mode |= FMODE_CREATED;
-	err = finish_open(file, dentry, pvfs_open_created);
+	err = finish_open(file, dentry, gen ? pvfs_open_held : pvfs_open_created);
+	/* not opened, so no release: the count the CREATE's hold took goes here */
+	if (err && gen && !(file->f_mode & FMODE_OPENED))
+		pvfs_open_release(inode);
 	dput(found);
 	return err;
 }

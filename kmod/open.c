@@ -24,7 +24,7 @@
 /* The delay that batches CLOSEs. */
 #define PVFS_CLOSE_DELAY (HZ / 10)
 
-static u32 pvfs_open_bits(fmode_t fmode)
+u32 pvfs_open_bits(fmode_t fmode)
 {
 	u32 mode = 0;
 
@@ -114,6 +114,49 @@ static void pvfs_close_work(struct work_struct *work)
 	pvfs_send_closes(container_of(to_delayed_work(work), struct pvfs_sb_info, close_work));
 }
 
+/*
+ * A CLOSE of @handle's opens up to @gen, for a hold no inode counts (a
+ * CREATE that opened a file the kernel could not instantiate).
+ */
+void pvfs_close_handle(struct pvfs_sb_info *sbi, u64 handle, u64 gen)
+{
+	struct pvfsd_close_ref *ref;
+
+	for (;;) {
+		spin_lock(&sbi->open_lock);
+		if (sbi->nr_closes < PVFSD_MAX_CLOSE)
+			break;
+		spin_unlock(&sbi->open_lock);
+		pvfs_send_closes(sbi);
+	}
+	ref = &sbi->closes[sbi->nr_closes++];
+	ref->handle = handle;
+	ref->gen = gen;
+	spin_unlock(&sbi->open_lock);
+	schedule_delayed_work(&sbi->close_work, PVFS_CLOSE_DELAY);
+}
+
+/*
+ * An open the daemon made with the CREATE of @inode (pvfs_atomic_open):
+ * counted as an OPEN of @mode would be, with the CREATE's tag @gen as its
+ * gen.  The servers keep the greatest gen of the mount's opens, so the
+ * inode does too (a slower OPEN may end after this).
+ */
+void pvfs_open_adopt(struct inode *inode, u32 mode, u64 gen)
+{
+	struct pvfs_sb_info *sbi = PVFS_SB(inode->i_sb);
+	struct pvfs_inode_info *pi = PVFS_I(inode);
+
+	spin_lock(&sbi->open_lock);
+	pi->open_gen = max(pi->open_gen, gen);
+	pi->open_mode = pi->open_count ? pi->open_mode | mode : mode;
+	if (!pi->open_count++) {
+		list_add_tail(&pi->open_link, &sbi->open_inodes);
+		sbi->nr_open++;
+	}
+	spin_unlock(&sbi->open_lock);
+}
+
 /* One open file description of @inode less; the last queues a CLOSE. */
 void pvfs_open_release(struct inode *inode)
 {
@@ -179,7 +222,8 @@ int pvfs_open_get(struct inode *inode, struct file *file)
 	err = pvfs_send_open(inode, mode, &gen);
 	if (!err) {
 		spin_lock(&sbi->open_lock);
-		pi->open_gen = gen;
+		/* a CREATE's open (pvfs_open_adopt) may have a later tag */
+		pi->open_gen = max(pi->open_gen, gen);
 		/* a release meanwhile may have reset the modes: ours are all */
 		pi->open_mode = pi->open_count ? pi->open_mode | mode : mode;
 		if (!pi->open_count++) {

@@ -323,8 +323,16 @@ int pvfs_open_get(struct inode *inode, struct file *file);
 bool pvfs_open_last(struct inode *inode);
 /* A release: the last queues the inode's CLOSE. */
 void pvfs_open_release(struct inode *inode);
-/* finish_open()'s opener for a file pvfs_atomic_open created. */
+/* PVFSD_OPEN_* of an open file's f_mode. */
+u32 pvfs_open_bits(fmode_t fmode);
+/* A CREATE's open of @inode, counted as an OPEN with @gen (open.c). */
+void pvfs_open_adopt(struct inode *inode, u32 mode, u64 gen);
+/* Queues a CLOSE of @handle up to @gen that no inode counts. */
+void pvfs_close_handle(struct pvfs_sb_info *sbi, u64 handle, u64 gen);
+/* finish_open()'s opener for a file pvfs_atomic_open created: OPEN. */
 int pvfs_open_created(struct inode *inode, struct file *file);
+/* The same for one its CREATE opened (pvfs_open_adopt): no OPEN. */
+int pvfs_open_held(struct inode *inode, struct file *file);
 extern const struct address_space_operations pvfs_aops;
 
 /* xattr.c */

@@ -302,6 +302,8 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
             const ops::Call call{up, *c, out, ops::Slots{slots_, slot_size_}};
             if (up.op() == PVFSD_OP_OPEN)
                 status = kernel_status(co_await ops::open(call, *opens), policy);
+            else if (up.op() == PVFSD_OP_CREATE)
+                status = kernel_status(co_await ops::create(call, *opens), policy);
             else if (up.op() == PVFSD_OP_CLOSE)
                 status = kernel_status(co_await ops::close(call, *opens), policy);
             else
@@ -461,7 +463,7 @@ Task<int> unsupported(ops::Call /*call*/)
 }
 
 // The coroutine of each op, by PVFSD_OP_* (as libfuse's fuse_ll_ops[]).
-// HELLO, ATTACH, DETACH, CANCEL, OPEN and CLOSE never get here:
+// HELLO, ATTACH, DETACH, CANCEL, CREATE, OPEN and CLOSE never get here:
 // Handler::start and Handler::run answer them.
 constexpr std::array<ops::Fn, PVFSD_OP_COUNT> op_table = [] {
     std::array<ops::Fn, PVFSD_OP_COUNT> t{};
@@ -469,7 +471,6 @@ constexpr std::array<ops::Fn, PVFSD_OP_COUNT> op_table = [] {
     t[PVFSD_OP_LOOKUP] = &ops::lookup;
     t[PVFSD_OP_GETATTR] = &ops::getattr;
     t[PVFSD_OP_SETATTR] = &ops::setattr;
-    t[PVFSD_OP_CREATE] = &ops::create;
     t[PVFSD_OP_MKDIR] = &ops::make_node;
     t[PVFSD_OP_MKNOD] = &ops::make_node;
     t[PVFSD_OP_SYMLINK] = &ops::symlink;

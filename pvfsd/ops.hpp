@@ -42,7 +42,6 @@ Task<int> lookup(Call call);
 Task<int> remove(Call call); // UNLINK and RMDIR
 Task<int> getattr(Call call);
 Task<int> setattr(Call call);
-Task<int> create(Call call);
 Task<int> make_node(Call call); // MKDIR and MKNOD
 Task<int> symlink(Call call);
 Task<int> link(Call call);
@@ -62,6 +61,7 @@ Task<int> xattr_remove(Call call);
 // The mount's open files (ops_open.cpp): Handler::run gives them the
 // mount's table.
 Task<int> open(Call call, OpenTable &table);
-Task<int> close(Call call, OpenTable &table); // answers 0: nothing waits
+Task<int> create(Call call, OpenTable &table); // a CREATE that may open too
+Task<int> close(Call call, OpenTable &table);  // answers 0: nothing waits
 
 } // namespace pvfs::pvfsd::ops

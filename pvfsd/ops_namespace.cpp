@@ -104,25 +104,6 @@ Task<int> setattr(Call call)
     co_return rc;
 }
 
-Task<int> create(Call call)
-{
-    const auto req = call.up.body<pvfsd_create_req>();
-    const auto name = req ? call.up.tail(sizeof(*req), 0, req->name_len) : std::nullopt;
-    if (!name || !valid_name(*name))
-        co_return -EINVAL;
-    Attr a;
-    bool created = false;
-    const int rc = co_await call.c.co_create(req->parent, *name, req->mode & 07777U,
-                                             req->exclusive != 0, Layout{}, a, &created);
-    if (rc == 0) {
-        pvfsd_create_resp r{};
-        r.attr = to_dev_attr(a);
-        r.created = created ? 1 : 0;
-        call.out.put(r);
-    }
-    co_return rc;
-}
-
 Task<int> make_node(Call call)
 {
     const auto req = call.up.body<pvfsd_mknod_req>();

@@ -268,6 +268,10 @@ void MetaService::apply_once(meta::WriteBatch &batch, Job &job)
     if (rc != 0) {
         // Neither the change nor its reply: a retry runs it again.
         static_cast<void>(batch.end_unit(false));
+        if (job.hold) {
+            undo_hold(*job.hold);
+            job.hold.reset();
+        }
         gossip::error(Mask::meta, "{} of client {:016x}: its reply cannot be kept: {}",
                       proto::op_name(job.origin.op), ids.client_id, errno_text(-rc));
         job.error = -rc;

@@ -50,6 +50,53 @@ bool MetaService::held_or_dying(Handle handle)
     return false;
 }
 
+MetaService::HoldUndo MetaService::hold_created(Handle handle, const proto::CreateOpen &open)
+{
+    // In the committer, right after the create was applied in this batch:
+    // every later unlink (this batch's too) sees the hold, so the file
+    // cannot go between the create and its open as it can between a
+    // CREATE and an OPEN.  A file found (not exclusive) is held as an
+    // OPEN would hold it.
+    HoldUndo undo{handle, open.client_id, false, 0, 0};
+    const std::lock_guard lock(open_mutex_);
+    seen_[open.client_id] = Clock::now();
+    auto &holders = holds_[handle];
+    const auto mine = std::find_if(holders.begin(), holders.end(),
+                                   [&](const Holder &h) { return h.client_id == open.client_id; });
+    if (mine == holders.end()) {
+        holders.push_back(Holder{open.client_id, open.gen, open.mode});
+        undo.added = true;
+    } else {
+        undo.gen = mine->gen;
+        undo.mode = mine->mode;
+        if (mine->gen <= open.gen) {
+            mine->gen = open.gen;
+            mine->mode |= open.mode;
+        }
+    }
+    return undo;
+}
+
+void MetaService::undo_hold(const HoldUndo &undo)
+{
+    const std::lock_guard lock(open_mutex_);
+    const auto it = holds_.find(undo.handle);
+    if (it == holds_.end())
+        return;
+    const auto mine = std::find_if(it->second.begin(), it->second.end(),
+                                   [&](const Holder &h) { return h.client_id == undo.client_id; });
+    if (mine == it->second.end())
+        return;
+    if (undo.added) {
+        it->second.erase(mine);
+        if (it->second.empty())
+            holds_.erase(it);
+    } else {
+        mine->gen = undo.gen;
+        mine->mode = undo.mode;
+    }
+}
+
 void MetaService::drop_holds(std::uint64_t client_id)
 {
     const std::lock_guard lock(open_mutex_);

@@ -504,7 +504,7 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, const pr
         touch(once.client_id);
     {
         const std::lock_guard lock(mutex_);
-        queued_.push_back(Job{origin, cred, once, std::move(body), 0, {}, false});
+        queued_.push_back(Job{origin, cred, once, std::move(body), 0, {}, false, std::nullopt});
     }
     wake_.notify_one();
 }
@@ -543,6 +543,13 @@ void MetaService::apply(meta::WriteBatch &batch, Job &job)
         WriteHandler{batch, job.cred, job.response, knows ? open_check_ : no_check_, knows, writer},
         job.body);
     job.error = rc < 0 ? -rc : 0;
+    // A create that carries an open holds what it made (or found) in the
+    // same change; one that failed holds nothing.
+    if (const auto *c = std::get_if<proto::CreateRequest>(&job.body);
+        rc == 0 && c != nullptr && c->open) {
+        job.hold =
+            hold_created(std::get<proto::CreateResponse>(job.response).attr.handle, *c->open);
+    }
 }
 
 void MetaService::committer()
@@ -599,6 +606,12 @@ void MetaService::committer()
                           errno_text(-rc));
             for (Job &job : jobs)
                 job.error = -rc;
+            // Nothing was created: nothing is held (latest first, so that
+            // two holds of one batch restore the state before the first).
+            for (std::size_t i = jobs.size(); i-- > 0;) {
+                if (jobs[i].hold)
+                    undo_hold(*jobs[i].hold);
+            }
         }
         {
             const std::lock_guard lock(mutex_);

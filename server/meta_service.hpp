@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -81,6 +82,15 @@ public:
     [[nodiscard]] std::uint64_t commits() const;
 
 private:
+    // The hold a create with an open registered as it was applied: undone
+    // if the change does not commit after all.
+    struct HoldUndo {
+        Handle handle = no_handle;
+        std::uint64_t client_id = 0;
+        bool added = false;    // a new holder; else the one before had:
+        std::uint64_t gen = 0; // its gen
+        std::uint32_t mode = 0;
+    };
     struct Job {
         Origin origin;
         Credentials cred;
@@ -88,7 +98,8 @@ private:
         proto::RequestBody body;
         int error = 0; // positive errno, or 0
         proto::ResponseBody response;
-        bool ran = false; // a change with ids was applied (not answered from the cache)
+        bool ran = false;             // a change with ids was applied (not answered from the cache)
+        std::optional<HoldUndo> hold; // create with an open: the hold it registered
     };
     // One client's hold on an open file (docs/metadata.md "Orphans and open
     // references").
@@ -115,6 +126,9 @@ private:
     void apply_close(meta::WriteBatch &batch, Job &job);
     static void apply_orphan_done(meta::WriteBatch &batch, Job &job);
     [[nodiscard]] bool held_or_dying(Handle handle);
+    // A create's open (proto::CreateOpen), registered with the create.
+    [[nodiscard]] HoldUndo hold_created(Handle handle, const proto::CreateOpen &open);
+    void undo_hold(const HoldUndo &undo);
     // Whether session client_id holds handle open for writing (a
     // setattr's by_open claim, meta_service.cpp).
     [[nodiscard]] bool holds_write_open(std::uint64_t client_id, Handle handle);

@@ -342,6 +342,17 @@ public:
                const Layout &layout, Attr &out, bool *created = nullptr);
     Task<int> co_create(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
                         const Layout &layout, Attr &out, bool *created = nullptr);
+    // create, then open (open_read | open_write) what it made or found, in
+    // one round trip: the metadata server registers the hold with the
+    // create (docs/metadata.md "Orphans and open references").  Counted as
+    // a co_open (co_close ends it); gen as co_open's pvfsd form, 0: this
+    // client's next.  Needs Options::exactly_once; -EOPNOTSUPP without.
+    int create_open(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
+                    const Layout &layout, std::uint32_t open_mode, Attr &out,
+                    bool *created = nullptr);
+    Task<int> co_create_open(Handle parent, std::string_view name, std::uint32_t mode,
+                             bool exclusive, const Layout &layout, std::uint32_t open_mode,
+                             std::uint64_t gen, Attr &out, bool *created = nullptr);
     int mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out);
     Task<int> co_mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out);
     // A remote directory (docs/metadata.md "Remote directories"): the
@@ -531,6 +542,10 @@ public:
 
 private:
     explicit Client(std::unique_ptr<Impl> impl) noexcept;
+    // co_create and co_create_open (open_mode 0: no open).
+    Task<int> create_in(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
+                        const Layout &layout, std::uint32_t open_mode, std::uint64_t gen, Attr &out,
+                        bool *created);
     std::unique_ptr<Impl> impl_;
 };
 

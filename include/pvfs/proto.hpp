@@ -210,12 +210,25 @@ struct SetattrRequest {
     Timespec mtime;
     friend bool operator==(const SetattrRequest &, const SetattrRequest &) = default;
 };
+// The open a create may carry (envelope flag request_create_opens): the
+// file it creates, or finds (not exclusive), is then held open for
+// client_id as an OpenRequest would, registered with the create itself, so
+// that the create is one round trip and no unlink comes between.
+struct CreateOpen {
+    std::uint64_t client_id = 0; // not 0
+    std::uint32_t mode = 0;      // open_read | open_write, not 0
+    std::uint64_t gen = 0;       // not 0, as OpenRequest::gen
+    friend bool operator==(const CreateOpen &, const CreateOpen &) = default;
+};
 struct CreateRequest {
     Handle parent = no_handle;
     std::string name;
     std::uint32_t mode = 0;
     bool exclusive = false;
     Layout layout; // stripe_count 0: inherit from the parent
+    // On the wire (after layout) exactly when the envelope has
+    // request_create_opens.
+    std::optional<CreateOpen> open = std::nullopt;
     friend bool operator==(const CreateRequest &, const CreateRequest &) = default;
 };
 struct MkdirRequest {
@@ -726,8 +739,12 @@ inline constexpr std::uint32_t request_knows_orphaned = 2;
 // ids, under the MAC): a request captured on its way to one server is then
 // refused by every other (docs/protocol.md "Destination binding").
 inline constexpr std::uint32_t request_bound = 4;
+// A create's body ends with a CreateOpen (only on op create): a server
+// that does not know it refuses the request as bad_flags rather than
+// creating a file nobody holds (docs/protocol.md "Versioning").
+inline constexpr std::uint32_t request_create_opens = 8;
 inline constexpr std::uint32_t request_flags =
-    request_has_once | request_knows_orphaned | request_bound;
+    request_has_once | request_knows_orphaned | request_bound | request_create_opens;
 
 // The server a request is for: the file system's id ([filesystem] id) and
 // the server's index in the config's server list.

@@ -38,7 +38,7 @@
 #define PVFSD_DEV_MAGIC 0x53465650u
 
 /* Protocol version of this header. */
-#define PVFSD_DEV_VERSION 4u
+#define PVFSD_DEV_VERSION 5u
 
 /*
  * Upper bound on one message (header + body + tail): room for the largest
@@ -315,13 +315,24 @@ struct pvfsd_create_req {
 	__u32 name_len;
 	__u32 mode;	 /* permission bits after the umask */
 	__u32 exclusive; /* 1: O_EXCL, EEXIST if the name exists */
-	__u32 pad;	 /* 0 */
+	/*
+	 * PVFSD_OPEN_*: open(O_CREAT) also opens the file for these, in the
+	 * same request to the servers, with the CREATE's tag as the OPEN's gen
+	 * (no OPEN follows).  0: only create.
+	 */
+	__u32 open_mode;
 };
 
 struct pvfsd_create_resp {
 	struct pvfsd_attr attr;
 	__u32 created; /* 1: this request made the file */
-	__u32 pad;     /* 0 */
+	/*
+	 * 1: the servers hold the file open for the request's open_mode (gen:
+	 * the tag), as after an OPEN, also when it existed (created 0).  0:
+	 * not held (no open_mode, or the servers hold no open files): the
+	 * kernel opens it with an OPEN as any file.
+	 */
+	__u32 opened;
 };
 
 /* MKDIR (type = DIRECTORY) and MKNOD (FIFO, SOCKET, devices) */

@@ -418,22 +418,63 @@ Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
 Task<int> Client::co_create(Handle parent, std::string_view name, std::uint32_t mode,
                             bool exclusive, const Layout &layout, Attr &out, bool *created)
 {
+    co_return co_await create_in(parent, name, mode, exclusive, layout, 0, 0, out, created);
+}
+
+Task<int> Client::co_create_open(Handle parent, std::string_view name, std::uint32_t mode,
+                                 bool exclusive, const Layout &layout, std::uint32_t open_mode,
+                                 std::uint64_t gen, Attr &out, bool *created)
+{
     Impl &m = *impl_;
+    if (m.client_id == 0)
+        co_return -EOPNOTSUPP;
+    if (open_mode == 0 || (open_mode & ~(open_read | open_write)) != 0)
+        co_return -EINVAL;
+    if (gen == 0)
+        gen = m.open_gen + 1;
+    m.open_gen = std::max(m.open_gen, gen);
+    co_return co_await create_in(parent, name, mode, exclusive, layout, open_mode, gen, out,
+                                 created);
+}
+
+Task<int> Client::create_in(Handle parent, std::string_view name, std::uint32_t mode,
+                            bool exclusive, const Layout &layout, std::uint32_t open_mode,
+                            std::uint64_t gen, Attr &out, bool *created)
+{
+    Impl &m = *impl_;
+    std::optional<proto::CreateOpen> open;
+    if (open_mode != 0)
+        open = proto::CreateOpen{m.client_id, open_mode, gen};
     if (!valid_name(name))
         co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
     proto::CreateResponse r;
     m.forget_name(parent, name);
     proto::RequestBody request =
-        proto::CreateRequest{parent, std::string(name), mode, exclusive, layout};
+        proto::CreateRequest{parent, std::string(name), mode, exclusive, layout, open};
     if (const int rc = co_await m.meta_call(parent, std::move(request), r); rc != 0)
         co_return rc;
+    if (open) {
+        // The server holds it now, as after co_open: counted the same way,
+        // so that co_close sends the CLOSE.
+        Impl::Opened &o = m.opened[r.attr.handle];
+        ++o.count;
+        o.gen = std::max(o.gen, open->gen);
+        o.mode |= open->mode;
+    }
     // A file this request created has no data yet: its size is 0 without
     // asking each data server.
+    int rc = 0;
     if (r.created && r.attr.type == ObjectType::regular) {
         if (layout::validate(r.attr.layout, m.data_count()) != nullptr)
-            co_return -EIO;
+            rc = -EIO;
         r.attr.size = 0;
-    } else if (const int rc = co_await m.complete_attr(r.attr); rc != 0) {
+    } else {
+        rc = co_await m.complete_attr(r.attr);
+    }
+    if (rc != 0) {
+        // An open that failed is not counted: its hold goes again.
+        if (open)
+            static_cast<void>(co_await co_close(r.attr.handle));
         co_return rc;
     }
     out = r.attr;

@@ -37,6 +37,13 @@ int Client::create(Handle parent, std::string_view name, std::uint32_t mode, boo
     return impl_->engine->wait(co_create(parent, name, mode, exclusive, layout, out, created));
 }
 
+int Client::create_open(Handle parent, std::string_view name, std::uint32_t mode, bool exclusive,
+                        const Layout &layout, std::uint32_t open_mode, Attr &out, bool *created)
+{
+    return impl_->engine->wait(
+        co_create_open(parent, name, mode, exclusive, layout, open_mode, 0, out, created));
+}
+
 int Client::mkdir(Handle parent, std::string_view name, std::uint32_t mode, Attr &out)
 {
     return impl_->engine->wait(co_mkdir(parent, name, mode, out));

@@ -137,6 +137,19 @@ template <class Io, Is<SetattrRequest> B> void fields(Io &io, B &b)
     io.timespec(b.mtime);
 }
 
+template <class Io, Is<CreateOpen> B> void fields(Io &io, B &b)
+{
+    io.num(b.client_id);
+    io.num(b.mode);
+    io.num(b.gen);
+    if (b.client_id == 0)
+        io.fail_if_decoding(DecodeError::bad_value, "create's open of client 0");
+    if (b.mode == 0 || (b.mode & ~(open_read | open_write)) != 0)
+        io.fail_if_decoding(DecodeError::bad_value, "create's open mode is 0 or has unknown bits");
+    if (b.gen == 0)
+        io.fail_if_decoding(DecodeError::bad_value, "create's open of gen 0");
+}
+
 template <class Io, Is<CreateRequest> B> void fields(Io &io, B &b)
 {
     io.num(b.parent);
@@ -144,6 +157,7 @@ template <class Io, Is<CreateRequest> B> void fields(Io &io, B &b)
     io.mode(b.mode);
     io.flag(b.exclusive);
     fields(io, b.layout);
+    io.trailing(b.open, [&io](auto &o) { fields(io, o); });
 }
 
 template <class Io, Is<MkdirRequest> B> void fields(Io &io, B &b)

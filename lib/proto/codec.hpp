@@ -47,6 +47,12 @@ public:
         if (value.has_value())
             flag(*value);
     }
+    // The same for a structure; `each` writes its fields.
+    template <class T, class F> void trailing(const std::optional<T> &value, F each)
+    {
+        if (value.has_value())
+            each(*value);
+    }
     void type(ObjectType value) { num(static_cast<std::uint8_t>(value)); }
     void mode(std::uint32_t value) { num(value); }
     void timespec(const Timespec &t)
@@ -140,6 +146,17 @@ public:
         bool b = false;
         flag(b);
         value = b;
+    }
+    // Present when bytes are left; whether it may be is the envelope's
+    // flag to say (decode checks the two agree).
+    template <class T, class F> void trailing(std::optional<T> &value, F each)
+    {
+        value.reset();
+        if (left() == 0)
+            return;
+        T v{};
+        each(v);
+        value = std::move(v);
     }
     void flag(bool &value)
     {

@@ -217,6 +217,14 @@ DecodeResult parse_body(std::span<const std::byte> body, Op op, const Parsers &p
     return d.result();
 }
 
+// Whether the request is a create that carries an open (the envelope says
+// so with request_create_opens).
+bool create_opens(const RequestBody &body) noexcept
+{
+    const auto *c = std::get_if<CreateRequest>(&body);
+    return c != nullptr && c->open.has_value();
+}
+
 } // namespace
 
 const char *op_name(Op op) noexcept
@@ -295,8 +303,8 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     e.num(protocol_version);
     e.num(static_cast<std::uint16_t>(req.op()));
     e.num((req.once.present() ? request_has_once : 0U) |
-          (req.knows_orphaned ? request_knows_orphaned : 0U) |
-          (req.to ? request_bound : 0U)); // flags
+          (req.knows_orphaned ? request_knows_orphaned : 0U) | (req.to ? request_bound : 0U) |
+          (create_opens(req.body) ? request_create_opens : 0U)); // flags
     e.num(req.request_id);
     e.num(req.session);
     e.num(req.seq);
@@ -404,11 +412,21 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
     d.num(out.cred.gid);
     d.list(out.cred.groups, max_groups, 4, "more than 32 supplementary groups",
            [&d](std::uint32_t &g) { d.num(g); });
+    if (d.ok() && (flags & request_create_opens) != 0 && op != Op::create) {
+        d.fail(DecodeError::bad_flags, "create_opens flag on another op than create", flags);
+    }
     const std::span<const std::byte> body = verified_body(d, message, key);
     if (!d.ok()) {
         return d.result();
     }
-    return parse_body(body, op, request_parsers, out.body);
+    const DecodeResult r = parse_body(body, op, request_parsers, out.body);
+    if (r && create_opens(out.body) != ((flags & request_create_opens) != 0)) {
+        return {DecodeError::bad_value,
+                (flags & request_create_opens) != 0 ? "create_opens flag without the open"
+                                                    : "create's open without the create_opens flag",
+                0};
+    }
+    return r;
 }
 
 DecodeResult decode(std::span<const std::byte> message, const Key &key, Response &out)

@@ -4,7 +4,9 @@
 // over it, and its data objects go only at its last close; a holder that
 // dies is reclaimed after the lease; after a metadata server restart a
 // holder that re-opens within the grace keeps its file; an open racing an
-// unlink either holds a whole file or fails with ENOENT.
+// unlink either holds a whole file or fails with ENOENT.  A create that
+// carries an open holds its file as an open would, once even when its
+// reply is lost and it is sent again.
 #include <atf-c++.hpp>
 
 #include <sys/wait.h>
@@ -632,6 +634,125 @@ ATF_TEST_CASE_BODY(batched_close_meta_crash)
     close_across_restart(true);
 }
 
+// A create that opens (one request, as pvfsd's open(O_CREAT)): the file
+// is held from the create on, as after create then open.
+ATF_TEST_CASE_WITHOUT_HEAD(create_open);
+ATF_TEST_CASE_BODY(create_open)
+{
+    test::Cluster cl = make_cluster();
+    auto a = cl.connect();
+    auto b = cl.connect();
+    constexpr std::uint32_t rw = client::Client::open_read | client::Client::open_write;
+    Attr attr;
+    bool created = false;
+    require_rc(a->create_open(root_handle, "made", 0644, true, {}, rw, attr, &created), 0,
+               "create_open");
+    require(created, "create_open did not say it created the file");
+    const Handle h = attr.handle;
+    const auto data = test::pattern(file_size, 3);
+    require_rc(a->write(h, 0, data), static_cast<std::int64_t>(file_size), "write");
+    require_rc(b->unlink(root_handle, "made"), 0, "unlink by b");
+    require(orphan_state(*b, h) == 1, "the created file is not held");
+    require(has_object(*b, h), "the data object went at the unlink");
+    require_content(*a, h, 3, "created file after the unlink");
+    const auto more = test::pattern(4096, 9);
+    require_rc(a->write(h, file_size, more), 4096, "write after the unlink");
+    require_rc(a->getattr(h, attr), 0, "getattr after the unlink");
+    require(attr.nlink == 0 && attr.size == file_size + 4096, "attributes after the unlink");
+    require_rc(a->close(h), 0, "close");
+    require(!has_object(*b, h), "the data object stayed after the close");
+    require(orphans(*b).empty(), "an orphan record stayed after the close");
+    require_rc(a->close(h), -EBADF, "a second close of one create_open");
+
+    // Not exclusive, of a file that exists: that file is held.
+    const Handle e = make_file(*b, "existing", 4);
+    require_rc(a->create_open(root_handle, "existing", 0644, false, {}, client::Client::open_read,
+                              attr, &created),
+               0, "create_open of an existing file");
+    require(!created && attr.handle == e && attr.size == file_size,
+            "create_open of an existing file answered another file");
+    require_rc(b->unlink(root_handle, "existing"), 0, "unlink of the existing file");
+    require(orphan_state(*b, e) == 1, "the existing file is not held");
+    require_content(*a, e, 4, "existing file after the unlink");
+    require_rc(a->close(e), 0, "close of the existing file");
+    require(!has_object(*b, e), "the existing file's object stayed after the close");
+
+    // A create that fails holds nothing.
+    const Handle f = make_file(*b, "taken", 5);
+    require_rc(a->create_open(root_handle, "taken", 0644, true, {}, rw, attr), -EEXIST,
+               "exclusive create_open of an existing name");
+    require_rc(a->close(f), -EBADF, "a failed create_open was counted as an open");
+    require_rc(b->unlink(root_handle, "taken"), 0, "unlink of the taken name");
+    require(orphan_state(*b, f) == 0 && !has_object(*b, f),
+            "a failed create_open held the file it found");
+}
+
+// A create with an open whose reply is lost: its retry is answered from
+// the reply cache and neither holds the file a second time (a close
+// between the two stays the last word) nor loses the first hold.
+ATF_TEST_CASE_WITHOUT_HEAD(create_open_retried);
+ATF_TEST_CASE_BODY(create_open_retried)
+{
+    const test::ScopedEnv faults("PVFS_TEST_FAULTS", "drop_reply:create:1,drop_reply:create:2");
+    test::Cluster cl = make_cluster();
+    client::Options plain = test::fresh_attrs();
+    plain.exactly_once = false; // its creates are not the ones under test
+    auto b = cl.connect(plain);
+    constexpr std::uint64_t id = 0x5eed'0000'0000'0025;
+    test::RawClient raw(cl.files, "meta0");
+    const test::Call session = raw.call(proto::SessionRequest{id, proto::session_open, "test"});
+    require(session.answered && session.response.status == 0, "session open: " + session.error);
+    const auto create = [&](const char *name, std::uint32_t slot, std::uint64_t gen) {
+        raw.once = proto::OnceIds{id, slot, 0, 100 + slot};
+        proto::RequestBody body = proto::CreateRequest{
+            root_handle, name, 0644, true, {}, proto::CreateOpen{id, proto::open_read, gen}};
+        const test::Call first = raw.call(body, 1500);
+        require(!first.answered, std::string(name) + ": the reply was not dropped");
+        return body;
+    };
+    const auto retry = [&](const proto::RequestBody &body, const std::string &what) {
+        const test::Call again = raw.call(body);
+        raw.once = {};
+        require(again.answered && again.response.status == 0,
+                what + ": the retry failed: " + again.error + " errno " +
+                    std::to_string(again.response.status));
+        const auto &r = std::get<proto::CreateResponse>(again.response.body);
+        require(r.created, what + ": the retry does not say it created the file");
+        return r.attr.handle;
+    };
+    const auto give_data = [&](Handle h, unsigned seed) {
+        const auto data = test::pattern(file_size, seed);
+        require_rc(b->write(h, 0, data), static_cast<std::int64_t>(file_size), "write");
+    };
+
+    // Lost reply, retry, unlink: held once, and one close releases it.
+    const proto::RequestBody kept = create("kept", 1, 11);
+    const Handle k = retry(kept, "kept");
+    give_data(k, 6);
+    require_rc(b->unlink(root_handle, "kept"), 0, "unlink of kept");
+    require(orphan_state(*b, k) == 1 && has_object(*b, k), "the retried create lost its hold");
+    const test::Call closed = raw.call(proto::CloseRequest{id, {proto::OpenRef{k, 11}}});
+    require(closed.answered && closed.response.status == 0, "close: " + closed.error);
+    const auto &doomed = std::get<proto::CloseResponse>(closed.response.body).doomed;
+    require(std::ranges::count(doomed, k, &proto::Doomed::handle) == 1,
+            "one close did not release the retried create's hold");
+    require_rc(b->finish_orphan(k, doomed.front().layout), 0, "finish_orphan");
+
+    // Lost reply, close, retry, unlink: the retry holds nothing again.
+    const proto::RequestBody closed_first = create("closed", 2, 12);
+    Attr attr;
+    require_rc(b->lookup(root_handle, "closed", attr), 0, "lookup of closed");
+    const test::Call c2 = raw.call(proto::CloseRequest{id, {proto::OpenRef{attr.handle, 12}}});
+    require(c2.answered && c2.response.status == 0, "close before the retry: " + c2.error);
+    const Handle c = retry(closed_first, "closed");
+    require(c == attr.handle, "the retry answered another file");
+    give_data(c, 7);
+    require_rc(b->unlink(root_handle, "closed"), 0, "unlink of closed");
+    require(orphan_state(*b, c) == 0 && !has_object(*b, c),
+            "the retry held the file again after its close");
+    require(orphans(*b).empty(), "orphans left");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, unlink_while_open);
@@ -646,4 +767,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, replayed_close);
     ATF_ADD_TEST_CASE(tcs, batched_close_meta_killed);
     ATF_ADD_TEST_CASE(tcs, batched_close_meta_crash);
+    ATF_ADD_TEST_CASE(tcs, create_open);
+    ATF_ADD_TEST_CASE(tcs, create_open_retried);
 }

@@ -40,7 +40,7 @@ ATF_TEST_CASE_BODY(magic_spells_pvfs)
 ATF_TEST_CASE_WITHOUT_HEAD(limits);
 ATF_TEST_CASE_BODY(limits)
 {
-    ATF_REQUIRE_EQ(PVFSD_DEV_VERSION, 4U);
+    ATF_REQUIRE_EQ(PVFSD_DEV_VERSION, 5U);
     // A reply slot of a mount is a slot of its session on the servers.
     ATF_REQUIRE(PVFSD_REPLY_SLOTS <= pvfs::proto::max_slots);
     ATF_REQUIRE(PVFSD_NO_SLOT >= pvfs::proto::max_slots);
@@ -125,8 +125,8 @@ ATF_TEST_CASE_BODY(body_layouts)
     ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, mask), 168U);
     ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, size), 184U);
     ATF_REQUIRE_EQ(offsetof(pvfsd_setattr_req, atime), 192U);
-    require_size<pvfsd_create_req>(184, END_OF(pvfsd_create_req, pad));
-    require_size<pvfsd_create_resp>(104, END_OF(pvfsd_create_resp, pad));
+    require_size<pvfsd_create_req>(184, END_OF(pvfsd_create_req, open_mode));
+    require_size<pvfsd_create_resp>(104, END_OF(pvfsd_create_resp, opened));
     require_size<pvfsd_mknod_req>(192, END_OF(pvfsd_mknod_req, pad));
     ATF_REQUIRE_EQ(offsetof(pvfsd_mknod_req, rdev), 168U);
     require_size<pvfsd_symlink_req>(176, END_OF(pvfsd_symlink_req, target_len));

@@ -423,8 +423,9 @@ ATF_TEST_CASE_BODY(nonzero_flags)
 {
     // Bit 0 is request_has_once (once_ids below), bit 1
     // request_knows_orphaned (orphaned_field), bit 2 request_bound
-    // (destination); every other bit is unknown.
-    for (const std::uint32_t flags : {8U, 0x80000000U, 0xFFFFFFFFU}) {
+    // (destination), bit 3 request_create_opens (create_open_field, here on
+    // another op); every other bit is unknown.
+    for (const std::uint32_t flags : {8U, 16U, 0x80000000U, 0xFFFFFFFFU}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u32(m, request_flags_at, flags);
         resign(m);
@@ -551,6 +552,80 @@ ATF_TEST_CASE_BODY(orphaned_field)
     req.knows_orphaned = false;
     ATF_REQUIRE(proto::decode(encoded(req, key), key, rback));
     ATF_REQUIRE(!rback.knows_orphaned);
+}
+
+// A create's open travels at the end of its body, with the envelope flag
+// that says so; the two must agree, and the open is checked as an open.
+ATF_TEST_CASE_WITHOUT_HEAD(create_open_field);
+ATF_TEST_CASE_BODY(create_open_field)
+{
+    const auto key = samples::test_key();
+    proto::CreateRequest body{.parent = 9, .name = "f", .mode = 0644, .exclusive = true};
+    proto::Request req = samples::request(body);
+    req.once = {};
+    const auto plain = encoded(req, key);
+    ATF_REQUIRE_EQ(static_cast<unsigned>(plain.at(request_flags_at)), 0U);
+    body.open = proto::CreateOpen{.client_id = 5, .mode = proto::open_write, .gen = 42};
+    req.body = body;
+    const auto with_open = encoded(req, key);
+    ATF_REQUIRE_EQ(static_cast<unsigned>(with_open.at(request_flags_at)), 8U);
+    ATF_REQUIRE_EQ(with_open.size(), plain.size() + 20);
+    proto::Request back;
+    ATF_REQUIRE(proto::decode(with_open, key, back));
+    ATF_REQUIRE(back == req);
+    ATF_REQUIRE(proto::decode(plain, key, back));
+    ATF_REQUIRE(!std::get<proto::CreateRequest>(back.body).open.has_value());
+
+    // The flag without the open, and the open without the flag.
+    auto flag_only = plain;
+    put_u32(flag_only, request_flags_at, 8);
+    resign(flag_only);
+    const auto r1 = decode_request(flag_only);
+    require_error(r1, DecodeError::bad_value, "flag without the open");
+    ATF_REQUIRE_EQ(std::string(r1.what), "create_opens flag without the open");
+    auto open_only = with_open;
+    put_u32(open_only, request_flags_at, 0);
+    resign(open_only);
+    const auto r2 = decode_request(open_only);
+    require_error(r2, DecodeError::bad_value, "open without the flag");
+    ATF_REQUIRE_EQ(std::string(r2.what), "create's open without the create_opens flag");
+    // Cut anywhere, it is truncated, never misread.
+    for (std::size_t n = 0; n < with_open.size(); ++n) {
+        require_error(decode_request(std::span(with_open).first(n)), DecodeError::truncated,
+                      "create with open cut to " + std::to_string(n) + " bytes");
+    }
+    // A partial open (the body's length cut inside it, MAC valid).
+    for (std::size_t cut = 1; cut < 20; ++cut) {
+        auto m = with_open;
+        m.erase(m.end() - static_cast<std::ptrdiff_t>(proto::mac_size + cut),
+                m.end() - static_cast<std::ptrdiff_t>(proto::mac_size));
+        put_u32(m, sample_body_length_at,
+                static_cast<std::uint32_t>(m.size() - sample_body_at - proto::mac_size));
+        resign(m);
+        require_error(decode_request(m), DecodeError::truncated,
+                      "open cut by " + std::to_string(cut) + " bytes");
+    }
+
+    const auto decode_req = [&](proto::CreateOpen open) {
+        proto::Request r = req;
+        std::get<proto::CreateRequest>(r.body).open = open;
+        return proto::decode(encoded(r, key), key, back);
+    };
+    require_error(decode_req({.client_id = 0, .mode = 1, .gen = 1}), DecodeError::bad_value,
+                  "create's open of client 0");
+    require_error(decode_req({.client_id = 1, .mode = 0, .gen = 1}), DecodeError::bad_value,
+                  "create's open of mode 0");
+    require_error(decode_req({.client_id = 1, .mode = 4, .gen = 1}), DecodeError::bad_value,
+                  "create's open mode bit 4");
+    require_error(decode_req({.client_id = 1, .mode = 3, .gen = 0}), DecodeError::bad_value,
+                  "create's open of gen 0");
+    ATF_REQUIRE(decode_req({.client_id = 1, .mode = 3, .gen = 1}));
+
+    // The reply cache tells a create with an open from one without.
+    std::vector<std::byte> scratch;
+    proto::CreateRequest bare = body;
+    bare.open.reset();
+    ATF_REQUIRE(proto::body_digest(body, scratch) != proto::body_digest(bare, scratch));
 }
 
 // The open-reference bodies refuse what no client sends.
@@ -1146,6 +1221,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, wrong_op);
     ATF_ADD_TEST_CASE(tcs, nonzero_flags);
     ATF_ADD_TEST_CASE(tcs, orphaned_field);
+    ATF_ADD_TEST_CASE(tcs, create_open_field);
     ATF_ADD_TEST_CASE(tcs, open_close_values);
     ATF_ADD_TEST_CASE(tcs, once_ids);
     ATF_ADD_TEST_CASE(tcs, destination);
