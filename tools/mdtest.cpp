@@ -54,7 +54,11 @@ struct Plan {
     unsigned files = 1000;
     bool separate = false;
     bool exactly_once = true;
+    bool hold = false; // create as open(O_CREAT) through a mount does: holding the file open
 };
+
+// The kernel hands pvfsd its closes in batches of up to this many.
+constexpr std::size_t close_batch = 64;
 
 std::string client_dir(const Plan &p, unsigned id)
 {
@@ -62,20 +66,33 @@ std::string client_dir(const Plan &p, unsigned id)
 }
 
 // One phase against pvfs.
-Report pvfs_phase(client::Client &c, Handle dir, unsigned id, unsigned files, std::size_t phase)
+Report pvfs_phase(client::Client &c, Handle dir, unsigned id, const Plan &p, std::size_t phase)
 {
     Report r;
+    std::vector<Handle> held;
     r.start_ns = monotonic_ns();
-    for (unsigned i = 0; i < files && r.error == 0; ++i) {
+    for (unsigned i = 0; i < p.files && r.error == 0; ++i) {
         const std::string name = fmt::format("f.{}.{}", id, i);
         Attr a;
-        if (phase == 0) {
+        if (phase == 0 && p.hold) {
+            r.error = c.create_open(dir, name, 0644, true, Layout{}, client::Client::open_write, a);
+            if (r.error == 0)
+                held.push_back(a.handle);
+            if (held.size() == close_batch) {
+                r.error = c.close_each(std::move(held));
+                held.clear();
+            }
+        } else if (phase == 0) {
             r.error = c.create(dir, name, 0644, true, Layout{}, a);
         } else if (phase == 1) {
             r.error = c.lookup(dir, name, a);
         } else {
             r.error = c.unlink(dir, name);
         }
+    }
+    if (!held.empty()) {
+        const int closed = c.close_each(std::move(held));
+        r.error = r.error != 0 ? r.error : closed;
     }
     r.end_ns = monotonic_ns();
     return r;
@@ -128,7 +145,7 @@ Report local_phase(const std::string &dir, unsigned id, unsigned files, std::siz
         if (setup != 0) {
             r.error = setup;
         } else if (p.local.empty()) {
-            r = pvfs_phase(*c, dir, id, p.files, phase);
+            r = pvfs_phase(*c, dir, id, p, phase);
         } else {
             r = local_phase(client_dir(p, id), id, p.files, phase);
         }
@@ -159,9 +176,18 @@ static int run(int argc, char **argv)
     bool no_reply_cache = false;
     app.flag("--no-reply-cache", no_reply_cache,
              "changes without exactly-once ids (what the servers' reply cache costs)");
+    app.flag("--hold", plan.hold,
+             "create as open(O_CREAT) through a mount does: each create also opens the file "
+             "(one request), closed in batches of 64 as pvfsd sends the kernel's closes (what "
+             "orphan tracking costs)");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
     plan.exactly_once = !no_reply_cache;
+    if (plan.hold && (no_reply_cache || !plan.local.empty())) {
+        fmt::print(stderr, "pvfs-mdtest: --hold needs exactly-once ids and pvfs (not "
+                           "--no-reply-cache or --local)\n");
+        return tools::exit_usage;
+    }
 
     std::unique_ptr<client::Client> c;
     std::vector<std::string> dirs{plan.dir};
@@ -220,6 +246,7 @@ static int run(int argc, char **argv)
     cli::Json out = cli::Json::object({{"clients", clients},
                                        {"files_per_client", plan.files},
                                        {"directories", plan.separate ? "separate" : "shared"},
+                                       {"hold", plan.hold},
                                        {"target", plan.local.empty() ? "pvfs" : "local"}});
     int status = 0;
     for (const char *phase_name : phase_names) {

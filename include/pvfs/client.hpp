@@ -480,6 +480,10 @@ public:
     };
     Task<int> co_close(std::vector<CloseRef> refs);
     int close(std::vector<CloseRef> refs);
+    // close(handle) of each, the last closes sent as one request per
+    // metadata server (what pvfsd does with the kernel's batches).
+    Task<int> co_close_each(std::vector<Handle> handles);
+    int close_each(std::vector<Handle> handles);
     Task<int> co_renew();
 
     // ---- maintenance (pvfs-fsck) -------------------------------------------

@@ -173,6 +173,28 @@ Task<int> Client::co_close(std::vector<CloseRef> refs)
     co_return first;
 }
 
+Task<int> Client::co_close_each(std::vector<Handle> handles)
+{
+    Impl &m = *impl_;
+    std::vector<CloseRef> last;
+    int first = 0;
+    for (const Handle h : handles) {
+        const auto it = m.opened.find(h);
+        if (it == m.opened.end()) {
+            first = first != 0 ? first : -EBADF;
+            continue;
+        }
+        if (--it->second.count > 0)
+            continue;
+        last.push_back(CloseRef{h, it->second.gen});
+        m.opened.erase(it);
+    }
+    if (last.empty())
+        co_return first;
+    const int rc = co_await co_close(std::move(last));
+    co_return first != 0 ? first : rc;
+}
+
 Task<int> Client::co_renew()
 {
     Impl &m = *impl_;
@@ -245,6 +267,11 @@ int Client::close(Handle handle)
 int Client::close(std::vector<CloseRef> refs)
 {
     return impl_->engine->wait(co_close(std::move(refs)));
+}
+
+int Client::close_each(std::vector<Handle> handles)
+{
+    return impl_->engine->wait(co_close_each(std::move(handles)));
 }
 
 int Client::renew()

@@ -46,6 +46,7 @@ def expected_targets():
     for c in MD_CLIENTS:
         for op in ("create", "remove"):
             names[f"{op}s/s C={c}, reply cache on/off"] = ("ratio", ">= 0.95", 0.95)
+        names[f"creates/s C={c}, open references on/off"] = ("ratio", ">= 0.95", 0.95)
     for c in HOLD_CLIENTS:
         names[f"write MB/s C={c} S={DATA_SERVERS}, open references on/off"] = ("ratio", ">= 0.95",
                                                                               0.95)
@@ -72,6 +73,10 @@ def paired_of(name, rows):
     if "reply cache" in name:
         op, c = name.split("s/s C=")[0], name.split("C=")[1].split(",")[0]
         return True, paired_ratio(rows, ("pvfs-mdtest", "shared", op, c), "pvfs", "pvfs-nocache")
+    if name.startswith("creates/s") and "open references" in name:
+        c = name.split("C=")[1].split(",")[0]
+        return True, paired_ratio(rows, ("pvfs-mdtest", "shared", "create", c), "pvfs-hold",
+                                  "pvfs")
     if "open references" in name:
         c = name.split("C=")[1].split(" ")[0]
         return True, paired_ratio(rows, ("pvfs-bench-hold", "pvfs", "write", c), "hold", "plain")
@@ -130,7 +135,8 @@ def check_data(out):
                 expect[("pvfs-bench", "pvfs", "tmpfs", op, str(c), str(s))] = REPS
     for c in MD_CLIENTS:
         for layout in ("shared", "separate"):
-            targets = ("pvfs", "pvfs-nocache", "local") if layout == "shared" else ("pvfs", "local")
+            targets = (("pvfs", "pvfs-nocache", "pvfs-hold", "local") if layout == "shared"
+                       else ("pvfs", "local"))
             for target in targets:
                 for op in ("create", "stat", "remove"):
                     expect[("pvfs-mdtest", layout, target, op, str(c), "")] = REPS

@@ -616,6 +616,41 @@ ATF_TEST_CASE_BODY(replayed_close)
             "a close after the orphan was finished hands out something");
 }
 
+// close_each: close(handle) of each, the last closes in one request.  A
+// file opened twice stays held after one of them; an unknown handle is
+// EBADF and the others are closed all the same.
+ATF_TEST_CASE_WITHOUT_HEAD(close_each);
+ATF_TEST_CASE_BODY(close_each)
+{
+    test::Cluster cl = make_cluster();
+    auto a = cl.connect();
+    auto b = cl.connect();
+    std::vector<Handle> h;
+    for (unsigned i = 0; i < 4; ++i) {
+        Attr attr;
+        const std::string name = "e" + std::to_string(i);
+        require_rc(
+            a->create_open(root_handle, name, 0644, true, {}, client::Client::open_write, attr), 0,
+            "create_open");
+        h.push_back(attr.handle);
+        require_rc(a->write(h.back(), 0, test::pattern(file_size, 30 + i)),
+                   static_cast<std::int64_t>(file_size), "write");
+    }
+    Attr again;
+    require_rc(a->open(h[3], client::Client::open_read, again), 0, "second open of e3");
+    for (unsigned i = 0; i < 4; ++i)
+        require_rc(b->unlink(root_handle, "e" + std::to_string(i)), 0, "unlink");
+    require_rc(a->close_each({h[0], h[1], 0x7777'0000, h[3]}), -EBADF,
+               "close_each with an unknown handle");
+    require(!has_object(*b, h[0]) && !has_object(*b, h[1]),
+            "the closed unlinked files' objects stayed");
+    require(orphan_state(*b, h[2]) == 1 && has_object(*b, h[2]), "a file not named was closed");
+    require(orphan_state(*b, h[3]) == 1, "a file opened twice went at its first close");
+    require_content(*a, h[3], 33, "e3 after one of its two closes");
+    require_rc(a->close_each({h[2], h[3]}), 0, "the rest");
+    require(orphans(*b).empty(), "orphans left after the last closes");
+}
+
 // The metadata server is SIGKILLed before pvfsd's batched CLOSE reaches
 // it and comes back while the close retries.
 ATF_TEST_CASE_WITHOUT_HEAD(batched_close_meta_killed);
@@ -764,6 +799,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, open_unlink_race);
     ATF_ADD_TEST_CASE(tcs, many_orphans);
     ATF_ADD_TEST_CASE(tcs, batched_close);
+    ATF_ADD_TEST_CASE(tcs, close_each);
     ATF_ADD_TEST_CASE(tcs, replayed_close);
     ATF_ADD_TEST_CASE(tcs, batched_close_meta_killed);
     ATF_ADD_TEST_CASE(tcs, batched_close_meta_crash);
