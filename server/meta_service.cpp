@@ -20,6 +20,7 @@
 #include <variant>
 
 #include "pvfs/gossip.hpp"
+#include "pvfs/layout.hpp"
 
 namespace pvfs::server {
 
@@ -206,6 +207,15 @@ struct WriteHandler {
     // A setattr's by_open claim holds: its session has the file open for
     // writing (MetaService::holds_write_open).
     bool writer = false;
+    std::uint32_t data_servers = 0; // MetaSettings::data_servers
+
+    // A layout the request asks for (stripe_count 0: the parent's) that
+    // the cluster's data servers cannot hold.
+    [[nodiscard]] bool unfit(const Layout &l) const noexcept
+    {
+        return data_servers != 0 && l.stripe_count != 0 &&
+               layout::validate(l, data_servers) != nullptr;
+    }
 
     [[nodiscard]] std::optional<bool> orphaned(const meta::Removed &r) const
     {
@@ -240,6 +250,10 @@ struct WriteHandler {
     int operator()(const proto::CreateRequest &c) const
     {
         meta::CreateResult result;
+        if (unfit(c.layout)) {
+            response = proto::CreateResponse{result.attr, false};
+            return -EINVAL;
+        }
         const int rc = batch.create(cred, c.parent, c.name, c.mode, c.exclusive, c.layout, result);
         response = proto::CreateResponse{result.attr, result.created};
         return rc;
@@ -322,6 +336,10 @@ struct WriteHandler {
 
     int operator()(const proto::LayoutSetRequest &ls) const
     {
+        if (unfit(ls.layout)) {
+            response = proto::LayoutSetResponse{};
+            return -EINVAL;
+        }
         const int rc = batch.layout_set(cred, ls.handle, ls.layout);
         response = proto::LayoutSetResponse{};
         return rc;
@@ -539,9 +557,10 @@ void MetaService::apply(meta::WriteBatch &batch, Job &job)
     if (const auto *s = std::get_if<proto::SetattrRequest>(&job.body);
         s != nullptr && (s->mask & proto::setattr_by_open) != 0 && job.once.present())
         writer = holds_write_open(job.once.client_id, s->handle);
-    const int rc = std::visit(
-        WriteHandler{batch, job.cred, job.response, knows ? open_check_ : no_check_, knows, writer},
-        job.body);
+    const int rc =
+        std::visit(WriteHandler{batch, job.cred, job.response, knows ? open_check_ : no_check_,
+                                knows, writer, settings_.data_servers},
+                   job.body);
     job.error = rc < 0 ? -rc : 0;
     // A create that carries an open holds what it made (or found) in the
     // same change; one that failed holds nothing.

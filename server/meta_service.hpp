@@ -50,6 +50,10 @@ struct MetaSettings {
     std::chrono::milliseconds lease{std::chrono::seconds(90)};
     std::size_t max_sessions = 65536;
     std::vector<MetaFault> faults;
+    // The cluster's data servers: a layout a create or layout_set asks for
+    // must fit them (EINVAL), or every client would find the file
+    // unreadable.  0: not checked (tests of the service alone).
+    std::uint32_t data_servers = 0;
 };
 
 class MetaService {

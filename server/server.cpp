@@ -178,6 +178,7 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         }
         MetaSettings settings;
         settings.session_ttl = std::chrono::milliseconds(server->cluster_.defaults.session_ttl_ms);
+        settings.data_servers = static_cast<std::uint32_t>(server->cluster_.data_servers().size());
         settings.max_sessions = server->cluster_.defaults.max_sessions;
         settings.lease = std::chrono::milliseconds(server->cluster_.defaults.lease_ms);
         // Test-only: lose replies on purpose (docs/testing.md).  Read at

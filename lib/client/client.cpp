@@ -447,6 +447,8 @@ Task<int> Client::create_in(Handle parent, std::string_view name, std::uint32_t 
         open = proto::CreateOpen{m.client_id, open_mode, gen};
     if (!valid_name(name))
         co_return name.size() > max_name ? -ENAMETOOLONG : -EINVAL;
+    if (layout.stripe_count != 0 && layout::validate(layout, m.data_count()) != nullptr)
+        co_return -EINVAL;
     proto::CreateResponse r;
     m.forget_name(parent, name);
     proto::RequestBody request =

@@ -487,6 +487,44 @@ ATF_TEST_CASE_BODY(layout_as_xattr)
     require_rc(c->xattr_get(sl.handle, "pvfs.layout", value), -ENODATA, "getxattr on a symlink");
 }
 
+// A layout the cluster cannot hold (more data servers than it has, a first
+// server past the last) is refused by the client before it asks, and by
+// the metadata server from a client that asks anyway: no file is made
+// that every client would then find unreadable.
+ATF_TEST_CASE_WITHOUT_HEAD(layout_beyond_the_cluster);
+ATF_TEST_CASE_BODY(layout_beyond_the_cluster)
+{
+    Cluster cl;
+    auto c = cl.connect();
+    const auto stripe32 = static_cast<std::uint32_t>(stripe);
+    Attr f;
+    for (const Layout &bad : {Layout{stripe32, 4, 0}, Layout{stripe32, 1, 3}}) {
+        require_rc(c->create(root_handle, "wide", 0644, true, bad, f), -EINVAL,
+                   "create with a layout beyond the cluster");
+        require_rc(c->lookup(root_handle, "wide", f), -ENOENT, "the refused create made a name");
+        test::RawClient raw(cl.files, "meta0");
+        const test::Call made =
+            raw.call(proto::CreateRequest{root_handle, "wide", 0644, true, bad, std::nullopt});
+        require(made.answered && made.response.status == EINVAL,
+                "the metadata server took a layout beyond the cluster: " + made.error + " status " +
+                    std::to_string(made.response.status));
+        require_rc(c->lookup(root_handle, "wide", f), -ENOENT,
+                   "the refused raw create made a name");
+        require_rc(c->create(root_handle, "narrow", 0644, false, {}, f), 0, "create");
+        const test::Call set = raw.call(proto::LayoutSetRequest{f.handle, bad});
+        require(set.answered && set.response.status == EINVAL,
+                "the metadata server set a layout beyond the cluster: " + set.error);
+        Layout l;
+        require_rc(c->layout_get(f.handle, l), 0, "layout_get");
+        require(l.stripe_count <= 3 && l.first_server < 3, "the file's layout changed");
+    }
+    // The widest the cluster holds is fine.
+    require_rc(c->create(root_handle, "widest", 0644, true, Layout{stripe32, 3, 2}, f), 0,
+               "create over every data server");
+    const auto data = test::pattern(3 * stripe + 7, 11);
+    require_rc(c->write(f.handle, 0, data), static_cast<std::int64_t>(data.size()), "write");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, round_trips_around_stripes);
@@ -499,4 +537,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, data_server_killed_mid_write);
     ATF_ADD_TEST_CASE(tcs, full_storage_reports_enospc);
     ATF_ADD_TEST_CASE(tcs, layout_as_xattr);
+    ATF_ADD_TEST_CASE(tcs, layout_beyond_the_cluster);
 }
