@@ -179,7 +179,8 @@ static int run(int argc, char **argv)
     app.flag("--hold", plan.hold,
              "create as open(O_CREAT) through a mount does: each create also opens the file "
              "(one request), closed in batches of 64 as pvfsd sends the kernel's closes (what "
-             "orphan tracking costs)");
+             "orphan tracking costs; each batch is waited for here, where the kernel's "
+             "closes are not, so this is the cost's upper bound)");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
     plan.exactly_once = !no_reply_cache;
