@@ -66,17 +66,14 @@ enum pvfs_param {
 };
 
 static const struct fs_parameter_spec pvfs_fs_parameters[] = {
-	fsparam_u32("acregmin", Opt_acregmin), fsparam_u32("acregmax", Opt_acregmax),
-	fsparam_u32("acdirmin", Opt_acdirmin), fsparam_u32("acdirmax", Opt_acdirmax),
-	fsparam_flag("noac", Opt_noac),	       fsparam_flag("intr", Opt_intr),
-	fsparam_flag("nointr", Opt_nointr),    fsparam_flag("sync", Opt_sync),
-	fsparam_u32("timeo", Opt_timeo),       fsparam_flag("hard", Opt_hard),
-	fsparam_flag("soft", Opt_soft),	       fsparam_flag("softerr", Opt_softerr),
-	fsparam_u32("retrans", Opt_retrans),
-	fsparam_flag("devices", Opt_devices),
-	fsparam_flag("nodevices", Opt_nodevices),
-	{}
-};
+	fsparam_u32("acregmin", Opt_acregmin),	  fsparam_u32("acregmax", Opt_acregmax),
+	fsparam_u32("acdirmin", Opt_acdirmin),	  fsparam_u32("acdirmax", Opt_acdirmax),
+	fsparam_flag("noac", Opt_noac),		  fsparam_flag("intr", Opt_intr),
+	fsparam_flag("nointr", Opt_nointr),	  fsparam_flag("sync", Opt_sync),
+	fsparam_u32("timeo", Opt_timeo),	  fsparam_flag("hard", Opt_hard),
+	fsparam_flag("soft", Opt_soft),		  fsparam_flag("softerr", Opt_softerr),
+	fsparam_u32("retrans", Opt_retrans),	  fsparam_flag("devices", Opt_devices),
+	fsparam_flag("nodevices", Opt_nodevices), {}};
 
 /* Longest a cache timeout or the grace time may be: a day. */
 #define PVFS_MAX_SECONDS 86400u
