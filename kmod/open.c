@@ -220,18 +220,9 @@ int pvfs_open_get(struct inode *inode, struct file *file)
 	}
 
 	err = pvfs_send_open(inode, mode, &gen);
-	if (!err) {
-		spin_lock(&sbi->open_lock);
-		/* a CREATE's open (pvfs_open_adopt) may have a later tag */
-		pi->open_gen = max(pi->open_gen, gen);
-		/* a release meanwhile may have reset the modes: ours are all */
-		pi->open_mode = pi->open_count ? pi->open_mode | mode : mode;
-		if (!pi->open_count++) {
-			list_add_tail(&pi->open_link, &sbi->open_inodes);
-			sbi->nr_open++;
-		}
-		spin_unlock(&sbi->open_lock);
-	}
+	/* counted as a CREATE's open is: that one may have a later tag */
+	if (!err)
+		pvfs_open_adopt(inode, mode, gen);
 	mutex_unlock(&pi->open_mutex);
 	return err;
 }
