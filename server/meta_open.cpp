@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -42,10 +43,11 @@ bool MetaService::held_or_dying(Handle handle)
     const std::lock_guard lock(open_mutex_);
     // In the grace nobody knows yet what is held: every last unlink keeps
     // the file, and the sweep after the grace reclaims the unheld ones.
-    if (in_grace(Clock::now()))
+    const auto it = holds_.find(handle);
+    if (in_grace(Clock::now()) || (it != holds_.end() && !it->second.empty())) {
+        kept_.insert(handle);
         return true;
-    if (const auto it = holds_.find(handle); it != holds_.end() && !it->second.empty())
-        return true;
+    }
     dying_.insert(handle);
     return false;
 }
@@ -271,6 +273,79 @@ void MetaService::apply_close(meta::WriteBatch &batch, Job &job)
         }
     }
     job.response = std::move(out);
+}
+
+bool MetaService::close_at_once(Job &job)
+{
+    // Most closes drop a hold on a file that still has its name: nothing
+    // durable changes, so waiting for the committer's next commit (a
+    // sync) would only add latency.  Everything else takes the committer:
+    // a file whose last hold goes while it is an orphan (released in a
+    // batch), a close naming a file nobody holds (a replay, handed the
+    // objects again), the grace, and orphans waiting for a closer.
+    const auto &req = std::get<proto::CloseRequest>(job.body);
+    const auto now = Clock::now();
+    // A renewal (no files) may be handed orphans to finish.
+    if (req.refs.empty() || in_grace(now))
+        return false;
+    // Which of the named files this close would leave unheld; nullopt when
+    // the committer must take it.
+    const auto unheld = [&]() -> std::optional<std::vector<Handle>> {
+        if (!unowned_.empty())
+            return std::nullopt;
+        std::vector<Handle> out;
+        for (const proto::OpenRef &ref : req.refs) {
+            const auto it = holds_.find(ref.handle);
+            if (it == holds_.end() || kept_.contains(ref.handle))
+                return std::nullopt;
+            if (std::all_of(it->second.begin(), it->second.end(), [&](const Holder &h) {
+                    return h.client_id == req.client_id && h.gen <= ref.gen;
+                }))
+                out.push_back(ref.handle);
+        }
+        return out;
+    };
+    std::vector<Handle> released;
+    std::uint64_t epoch = 0;
+    {
+        const std::lock_guard lock(open_mutex_);
+        auto first = unheld();
+        if (!first)
+            return false;
+        released = std::move(*first);
+        epoch = kept_epoch_;
+    }
+    // A last unlink that found one of these held before we looked made it
+    // an orphan: it is in kept_ until its batch commits, and in the table
+    // after, which this read sees unless a commit ended in between (the
+    // epoch moved).
+    bool orphan = false;
+    if (!released.empty() && (store_.any_orphan(released, orphan) != 0 || orphan))
+        return false;
+    {
+        const std::lock_guard lock(open_mutex_);
+        const auto again = unheld();
+        if (!again || kept_epoch_ != epoch ||
+            !std::all_of(again->begin(), again->end(), [&](Handle h) {
+                return std::find(released.begin(), released.end(), h) != released.end();
+            }))
+            return false;
+        seen_[req.client_id] = now;
+        for (const proto::OpenRef &ref : req.refs) {
+            const auto it = holds_.find(ref.handle);
+            std::erase_if(it->second, [&](const Holder &h) {
+                return h.client_id == req.client_id && h.gen <= ref.gen;
+            });
+            if (it->second.empty())
+                holds_.erase(it);
+        }
+    }
+    gossip::debug(Mask::meta, "close of {} files answered without a commit", req.refs.size());
+    proto::CloseResponse out;
+    out.server_boot = boot_id_;
+    job.error = 0;
+    job.response = std::move(out);
+    return true;
 }
 
 void MetaService::apply_orphan_done(meta::WriteBatch &batch, Job &job)

@@ -520,9 +520,14 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, const pr
     // Any change with the client's ids renews its lease.
     if (once.present())
         touch(once.client_id);
+    Job job{origin, cred, once, std::move(body), 0, {}, false, std::nullopt};
+    if (origin.op == proto::Op::close && close_at_once(job)) {
+        answer(job);
+        return;
+    }
     {
         const std::lock_guard lock(mutex_);
-        queued_.push_back(Job{origin, cred, once, std::move(body), 0, {}, false, std::nullopt});
+        queued_.push_back(std::move(job));
     }
     wake_.notify_one();
 }
@@ -616,9 +621,15 @@ void MetaService::committer()
             rc = batch.commit();
         }
         {
-            // Committed (or not): an open may look at these again.
+            // Committed (or not): an open may look at these again, and a
+            // close on the loop finds the orphans this batch made in the
+            // table.
             const std::lock_guard lock(open_mutex_);
             dying_.clear();
+            if (!kept_.empty()) {
+                kept_.clear();
+                ++kept_epoch_;
+            }
         }
         if (rc != 0) {
             gossip::error(Mask::meta, "a metadata commit of {} changes failed: {}", jobs.size(),
@@ -653,23 +664,27 @@ void MetaService::poll()
         const std::lock_guard lock(mutex_);
         done.swap(finished_);
     }
-    for (Job &job : done) {
-        MetaFault::Kind fault{};
-        if (fault_fires(job, fault)) {
-            if (fault == MetaFault::Kind::crash_after_commit) {
-                gossip::error(Mask::meta, "TEST FAULT: exiting after committing {} request {}",
-                              proto::op_name(job.origin.op), job.origin.request_id);
-                std::_Exit(9);
-            }
-            gossip::error(Mask::meta, "TEST FAULT: no reply to {} request {}",
+    for (Job &job : done)
+        answer(job);
+}
+
+void MetaService::answer(Job &job)
+{
+    MetaFault::Kind fault{};
+    if (fault_fires(job, fault)) {
+        if (fault == MetaFault::Kind::crash_after_commit) {
+            gossip::error(Mask::meta, "TEST FAULT: exiting after committing {} request {}",
                           proto::op_name(job.origin.op), job.origin.request_id);
-            continue;
+            std::_Exit(9);
         }
-        if (job.error != 0) {
-            loop_.respond_error(job.origin, job.error);
-        } else {
-            loop_.respond(job.origin, std::move(job.response));
-        }
+        gossip::error(Mask::meta, "TEST FAULT: no reply to {} request {}",
+                      proto::op_name(job.origin.op), job.origin.request_id);
+        return;
+    }
+    if (job.error != 0) {
+        loop_.respond_error(job.origin, job.error);
+    } else {
+        loop_.respond(job.origin, std::move(job.response));
     }
 }
 

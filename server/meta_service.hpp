@@ -128,6 +128,12 @@ private:
     void serve_list_orphans(const Origin &origin, const Credentials &cred,
                             const proto::ListOrphansRequest &req);
     void apply_close(meta::WriteBatch &batch, Job &job);
+    // A close that only drops holds on files that are not orphans, taken
+    // on the loop without the committer; false leaves the job untouched
+    // for the committer.
+    [[nodiscard]] bool close_at_once(Job &job);
+    // Sends a finished job's reply (or the test fault it triggers).
+    void answer(Job &job);
     static void apply_orphan_done(meta::WriteBatch &batch, Job &job);
     [[nodiscard]] bool held_or_dying(Handle handle);
     // A create's open (proto::CreateOpen), registered with the create.
@@ -166,6 +172,12 @@ private:
     std::unordered_map<Handle, std::vector<Holder>> holds_;
     std::unordered_map<std::uint64_t, Clock::time_point> seen_; // client -> last request
     std::unordered_set<Handle> dying_;
+    // Handles a last unlink found held in the batch being committed (they
+    // become orphans if it commits), and a count of the commits that
+    // emptied the set: with the orphans table, what tells a close on the
+    // loop that a file it releases may be an orphan (close_at_once).
+    std::unordered_set<Handle> kept_;
+    std::uint64_t kept_epoch_ = 0;
     // Orphans the sweep released (no closer was handed them): the next
     // closes and renewals finish them, not a lease later.
     std::vector<Handle> unowned_;

@@ -584,6 +584,26 @@ int Store::list_orphans(std::uint64_t cookie, std::uint32_t max, std::vector<Orp
     return impl_->read([&](ops::Tx &tx) { return ops::list_orphans(tx, cookie, max, out, eof); });
 }
 
+int Store::any_orphan(std::span<const Handle> handles, bool &found) const
+{
+    found = false;
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) {
+        for (const Handle h : handles) {
+            Orphan o;
+            const int rc = ops::orphan_get(tx, h, o);
+            if (rc == 0) {
+                found = true;
+                return 0;
+            }
+            if (rc != -ENOENT)
+                return rc;
+        }
+        return 0;
+    });
+}
+
 int Store::list_sessions(std::vector<SessionRecord> &out) const
 {
     if (!impl_)

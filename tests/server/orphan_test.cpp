@@ -116,6 +116,18 @@ bool fault_fired(const test::Cluster &cl, const std::string &name)
     return cl.servers.at(name)->log_text().find("TEST FAULT:") != std::string::npos;
 }
 
+// Closes the metadata server answered without a commit (its debug log,
+// PVFS_DEBUG=meta).
+std::size_t closes_at_once(const test::Cluster &cl)
+{
+    const std::string log = cl.servers.at("meta0")->log_text();
+    const std::string line = "answered without a commit";
+    std::size_t n = 0;
+    for (auto at = log.find(line); at != std::string::npos; at = log.find(line, at + 1))
+        ++n;
+    return n;
+}
+
 // A batched CLOSE across a metadata server that dies: SIGKILLed before the
 // CLOSE is sent (`crash` false), or exiting right after committing it,
 // before its reply (`crash` true, a test fault).  The close is retried to
@@ -788,6 +800,123 @@ ATF_TEST_CASE_BODY(create_open_retried)
     require(orphans(*b).empty(), "orphans left");
 }
 
+// A close that only drops holds on files still named, or held by another
+// client too, is answered without waiting for a commit; one that releases
+// an orphan takes the committer and hands out its objects.
+ATF_TEST_CASE_WITHOUT_HEAD(close_without_commit);
+ATF_TEST_CASE_BODY(close_without_commit)
+{
+    const test::ScopedEnv debug("PVFS_DEBUG", "meta");
+    test::Cluster cl = make_cluster();
+    auto a = cl.connect();
+    auto b = cl.connect();
+    Attr attr;
+    const Handle named = make_file(*a, "named", 60);
+    require_rc(a->open(named, client::Client::open_read, attr), 0, "open of named");
+    require_rc(a->close(named), 0, "close of named");
+    require(closes_at_once(cl) == 1, "the close of a named file waited for a commit");
+    require_content(*b, named, 60, "named after its close");
+
+    const Handle shared = make_file(*a, "shared", 61);
+    require_rc(a->open(shared, client::Client::open_read, attr), 0, "a's open of shared");
+    require_rc(b->open(shared, client::Client::open_read, attr), 0, "b's open of shared");
+    require_rc(b->unlink(root_handle, "shared"), 0, "unlink of shared");
+    require_rc(a->close(shared), 0, "a's close of shared");
+    require(closes_at_once(cl) == 2, "a close leaving another holder waited for a commit");
+    require(orphan_state(*b, shared) == 1 && has_object(*b, shared),
+            "the orphan went while b held it");
+    require_content(*b, shared, 61, "shared, held by b");
+    require_rc(b->close(shared), 0, "b's close of shared");
+    require(closes_at_once(cl) == 2, "the close of an orphan's last hold skipped the committer");
+    require(orphan_state(*b, shared) == 0 && !has_object(*b, shared),
+            "the orphan stayed after its last close");
+    require(orphans(*b).empty(), "orphans left");
+}
+
+// A close racing another client's unlink of the file's only name, both sent
+// at once, many times: whichever the metadata server takes first, nothing
+// stays behind (no orphan record, no data object) once both returned.  A
+// close answered on the loop after the unlink had kept the file as an
+// orphan would leave a held record for the lease sweep.
+ATF_TEST_CASE_WITHOUT_HEAD(close_unlink_race);
+ATF_TEST_CASE_BODY(close_unlink_race)
+{
+    const test::ScopedEnv debug("PVFS_DEBUG", "meta");
+    test::Cluster cl = make_cluster();
+    constexpr int max_rounds = 300;
+    const auto end = Clock::now() + std::chrono::seconds(20);
+    std::barrier meet(2);
+    std::atomic<bool> stop{false};
+    std::string failure;
+    std::mutex failure_mutex;
+    std::vector<Handle> all;
+    int rounds = 0;
+    auto fail = [&](const std::string &why) {
+        const std::lock_guard lock(failure_mutex);
+        if (failure.empty())
+            failure = why;
+        stop = true;
+    };
+    std::thread closer([&] {
+        auto a = cl.connect();
+        for (int round = 0;; ++round) {
+            Attr attr;
+            const std::string name = "c" + std::to_string(round);
+            if (!stop && a->create_open(root_handle, name, 0644, true, {},
+                                        client::Client::open_write, attr) != 0)
+                fail("create_open " + name);
+            if (!stop && a->write(attr.handle, 0, test::pattern(4096, 1)) != 4096)
+                fail("write " + name);
+            if (!stop) {
+                const std::lock_guard lock(failure_mutex);
+                all.push_back(attr.handle);
+            }
+            meet.arrive_and_wait(); // made, or stops
+            if (stop)
+                return;
+            if (const int rc = a->close(attr.handle); rc != 0)
+                fail("close " + name + ": " + client::error_text(rc));
+            meet.arrive_and_wait(); // round done
+        }
+    });
+    {
+        auto b = cl.connect();
+        // The closer is at the first barrier whenever this loop checks.
+        bool closer_left = false;
+        while (rounds < max_rounds && Clock::now() < end) {
+            meet.arrive_and_wait();
+            if (stop) {
+                closer_left = true;
+                break;
+            }
+            const std::string name = "c" + std::to_string(rounds);
+            if (const int rc = b->unlink(root_handle, name); rc != 0)
+                fail("unlink " + name + ": " + client::error_text(rc));
+            meet.arrive_and_wait();
+            Handle h = no_handle;
+            {
+                const std::lock_guard lock(failure_mutex);
+                h = all.at(static_cast<std::size_t>(rounds));
+            }
+            if (orphan_state(*b, h) != 0)
+                fail("round " + std::to_string(rounds) + " left an orphan record");
+            else if (has_object(*b, h))
+                fail("round " + std::to_string(rounds) + " left a data object");
+            ++rounds;
+        }
+        if (!closer_left) {
+            stop = true;
+            meet.arrive_and_wait();
+        }
+        closer.join();
+        require(failure.empty(), failure);
+        require(orphans(*b).empty(), "orphan records stayed");
+    }
+    const std::size_t fast = closes_at_once(cl);
+    require(rounds >= 20, "fewer than 20 rounds");
+    std::printf("%d rounds, %zu closes without a commit\n", rounds, fast);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, unlink_while_open);
@@ -805,4 +934,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, batched_close_meta_crash);
     ATF_ADD_TEST_CASE(tcs, create_open);
     ATF_ADD_TEST_CASE(tcs, create_open_retried);
+    ATF_ADD_TEST_CASE(tcs, close_without_commit);
+    ATF_ADD_TEST_CASE(tcs, close_unlink_race);
 }

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -368,6 +369,9 @@ public:
     // none follow.
     [[nodiscard]] int list_orphans(std::uint64_t cookie, std::uint32_t max,
                                    std::vector<Orphan> &out, bool &eof) const;
+    // Whether any of `handles` has an orphan record (held or reclaim), in
+    // one read transaction: 0 and `found` set, or a negative errno.
+    [[nodiscard]] int any_orphan(std::span<const Handle> handles, bool &found) const;
     // Every client session (for the server's session table at start).
     [[nodiscard]] int list_sessions(std::vector<SessionRecord> &out) const;
 
