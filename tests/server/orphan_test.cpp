@@ -9,6 +9,8 @@
 // reply is lost and it is sent again.
 #include <atf-c++.hpp>
 
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +22,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -917,6 +921,82 @@ ATF_TEST_CASE_BODY(close_unlink_race)
     std::printf("%d rounds, %zu closes without a commit\n", rounds, fast);
 }
 
+// The metadata server's disk fills while creates carry their opens: the
+// create that no longer fits fails with ENOSPC and holds nothing (its
+// batch did not commit, so its hold is undone, and the handle it would
+// have had is the next create's: a hold left over would orphan that file
+// at its unlink); everything acknowledged before stays, a file held
+// across it keeps its hold, and creates work again once there is room.
+ATF_TEST_CASE(create_open_disk_full);
+ATF_TEST_CASE_HEAD(create_open_disk_full)
+{
+    set_md_var("require.user", "root");
+}
+ATF_TEST_CASE_BODY(create_open_disk_full)
+{
+    namespace fs = std::filesystem;
+    // meta0's storage on a small tmpfs in this test's mount namespace
+    // (the servers inherit it), filled by a ballast file.
+    if (::unshare(CLONE_NEWNS) != 0)
+        ATF_SKIP(std::string("unshare: ") + std::strerror(errno)); // NOLINT(concurrency-mt-unsafe)
+    require(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private");
+    const fs::path meta = fs::current_path() / "cluster" / "meta0";
+    fs::create_directories(meta);
+    require(::mount("tmpfs", meta.c_str(), "tmpfs", 0, "size=8m") == 0, "mount tmpfs");
+    test::Cluster cl = make_cluster();
+    auto a = cl.connect();
+    auto b = cl.connect();
+    constexpr std::uint32_t rw = client::Client::open_read | client::Client::open_write;
+    Attr attr;
+    const Handle held = make_file(*a, "held", 70);
+    require_rc(a->open(held, rw, attr), 0, "open of held");
+
+    const fs::path ballast = meta / "ballast";
+    {
+        std::ofstream out(ballast, std::ios::binary);
+        const std::string chunk(4096, 'b');
+        for (int i = 0; i < 4096 && out.write(chunk.data(), chunk.size()); ++i) {
+        }
+    }
+    std::vector<Handle> made;
+    std::string full_name;
+    for (int i = 0; i < 20000; ++i) {
+        const std::string name = "f" + std::to_string(i);
+        const int rc = a->create_open(root_handle, name, 0644, true, {}, rw, attr);
+        if (rc == -ENOSPC) {
+            full_name = name;
+            break;
+        }
+        require_rc(rc, 0, "create_open " + name + " before the disk was full");
+        made.push_back(attr.handle);
+    }
+    require(!full_name.empty(), "the metadata disk never filled");
+    require_rc(b->lookup(root_handle, full_name, attr), -ENOENT,
+               "the create that did not fit left a name");
+
+    fs::remove(ballast);
+    // The handle the failed create had is this create's; nobody holds it.
+    require_rc(b->create(root_handle, full_name, 0644, true, {}, attr), 0,
+               "create once there is room");
+    const Handle again = attr.handle;
+    require_rc(b->write(again, 0, test::pattern(4096, 71)), 4096, "write once there is room");
+    require_rc(b->unlink(root_handle, full_name), 0, "unlink of " + full_name);
+    require(orphan_state(*b, again) == 0 && !has_object(*b, again),
+            "a create that failed for want of space left a hold behind");
+    for (std::size_t i = 0; i < made.size(); ++i) {
+        const std::string name = "f" + std::to_string(i);
+        require_rc(b->lookup(root_handle, name, attr), 0, "lookup of " + name);
+        require(attr.handle == made[i], name + " is another file now");
+    }
+    // The hold from before the disk filled is still there.
+    require_rc(b->unlink(root_handle, "held"), 0, "unlink of held");
+    require(orphan_state(*b, held) == 1, "held lost its hold while the disk was full");
+    require_content(*a, held, 70, "held after the disk was full");
+    require_rc(a->close(held), 0, "close of held");
+    require(orphan_state(*b, held) == 0 && !has_object(*b, held), "held stayed after its close");
+    std::printf("%zu creates fitted\n", made.size());
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, unlink_while_open);
@@ -936,4 +1016,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, create_open_retried);
     ATF_ADD_TEST_CASE(tcs, close_without_commit);
     ATF_ADD_TEST_CASE(tcs, close_unlink_race);
+    ATF_ADD_TEST_CASE(tcs, create_open_disk_full);
 }
