@@ -86,7 +86,7 @@ static struct pvfs_op *pvfs_op_alloc(enum pvfs_op_kind kind, u16 opcode, u64 mou
 	spin_unlock(&pvfs_chan.lock);
 
 	op->up->magic = PVFSD_DEV_MAGIC;
-	op->up->version = PVFSD_DEV_VERSION;
+	op->up->version = PVFSD_DEV_MAJOR;
 	op->up->op = opcode;
 	op->up->tag = op->tag;
 	op->up->length = up_len;
@@ -661,7 +661,23 @@ static struct pvfs_op *pvfs_make_attach(struct pvfs_sb_info *sbi, enum pvfs_op_k
 	return op;
 }
 
-void pvfs_chan_daemon_hello(void)
+/*
+ * Fits @op, about to be sent, to the daemon's features: an op made before
+ * its HELLO, or for an earlier daemon and replayed, may ask for one it did
+ * not offer.  CREATE: without CREATE_OPEN, only create (the kernel then
+ * opens the file with an OPEN, as when a daemon could not hold it).
+ */
+void pvfs_op_fit_locked(struct pvfs_op *op)
+{
+	struct pvfsd_create_req *create;
+
+	if (op->opcode == PVFSD_OP_CREATE && !(pvfs_chan.features & PVFSD_FEAT_CREATE_OPEN)) {
+		create = pvfs_op_req(op);
+		create->open_mode = 0;
+	}
+}
+
+void pvfs_chan_daemon_hello(u64 features)
 {
 	struct pvfs_sb_info *sbi;
 	struct pvfs_op *op;
@@ -679,6 +695,7 @@ void pvfs_chan_daemon_hello(void)
 		list_add_tail(&op->queue_link, &attaches);
 	}
 	spin_lock(&pvfs_chan.lock);
+	pvfs_chan.features = features;
 	pvfs_chan.hello_done = true;
 	pvfs_chan.hello_to_send = true;
 	/* ATTACHes first, then what the last daemon left */
