@@ -95,7 +95,7 @@ void pvfs_op_get(struct pvfs_op *op);
 struct pvfs_op *pvfs_chan_find_sent_locked(u64 tag);
 void pvfs_chan_daemon_gone(void);
 void pvfs_chan_daemon_hello(u64 features);
-void pvfs_op_fit_locked(struct pvfs_op *op);
+bool pvfs_op_fit_locked(struct pvfs_op *op);
 int pvfs_chan_make_slots(u32 slot_size, u32 slot_count);
 void pvfs_chan_free_slots(void);
 /* Completes @op with the daemon's answer (@down is taken over). */

@@ -140,6 +140,7 @@ static struct pvfs_op *pvfs_dev_next(size_t count, bool *hello, int *err)
 		return NULL;
 	}
 	list_del_init(&op->queue_link);
+	/* (a replay that does not fit failed at the HELLO) */
 	pvfs_op_fit_locked(op);
 	if (op->kind == PVFS_KIND_CANCEL) {
 		op->state = PVFS_OP_DONE; /* no answer comes */
@@ -239,8 +240,9 @@ static ssize_t pvfs_dev_hello(struct pvfs_dev_file *df, const void *msg, size_t 
 	features = hello->features & PVFSD_FEATURES;
 	pr_info("pvfsd minor %u, features 0x%llx; using 0x%llx (this module: minor %u, 0x%llx)\n",
 		hello->minor, hello->features, features, PVFSD_DEV_MINOR, PVFSD_FEATURES);
-	df->hello = true;
 	pvfs_chan_daemon_hello(features);
+	/* only now may a read() take an op: the features are set */
+	df->hello = true;
 	return len;
 }
 

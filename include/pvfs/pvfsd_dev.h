@@ -67,7 +67,7 @@
  * when it answers opened=1).  Without it the kernel sends open_mode 0 and
  * opens every file it creates with an OPEN.
  */
-#define PVFSD_FEAT_CREATE_OPEN (1ull << 0)
+#define PVFSD_FEAT_CREATE_OPEN 0x1ull
 
 /* Every feature of this header's minor; minor 0 has none. */
 #define PVFSD_FEATURES_MINOR0 0ull
