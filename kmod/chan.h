@@ -71,6 +71,11 @@ struct pvfs_chan {
 	bool open;		    /* a daemon holds the device */
 	bool hello_done;	    /* ... and said HELLO */
 	bool hello_to_send;	    /* the HELLO answer is the next read */
+	/*
+	 * PVFSD_FEAT_* both this module and the daemon offered; the last
+	 * daemon's until the next one's HELLO.
+	 */
+	u64 features;
 	u64 next_tag;
 	struct list_head mounts; /* registered pvfs_sb_info */
 	u64 next_mount_id;
@@ -89,7 +94,8 @@ extern struct pvfs_chan pvfs_chan;
 void pvfs_op_get(struct pvfs_op *op);
 struct pvfs_op *pvfs_chan_find_sent_locked(u64 tag);
 void pvfs_chan_daemon_gone(void);
-void pvfs_chan_daemon_hello(void);
+void pvfs_chan_daemon_hello(u64 features);
+bool pvfs_op_fit_locked(struct pvfs_op *op);
 int pvfs_chan_make_slots(u32 slot_size, u32 slot_count);
 void pvfs_chan_free_slots(void);
 /* Completes @op with the daemon's answer (@down is taken over). */

@@ -103,12 +103,14 @@ static ssize_t pvfs_dev_read_hello(char __user *buf, size_t count)
 	} msg = {};
 
 	msg.hdr.magic = PVFSD_DEV_MAGIC;
-	msg.hdr.version = PVFSD_DEV_VERSION;
+	msg.hdr.version = PVFSD_DEV_MAJOR;
 	msg.hdr.op = PVFSD_OP_HELLO;
 	msg.hdr.length = sizeof(msg);
 	msg.hello.slot_size = pvfs_chan.slot_size;
 	msg.hello.slot_count = pvfs_chan.slot_count;
-	msg.hello.max_inflight = 1024;
+	msg.hello.minor = PVFSD_DEV_MINOR;
+	/* what this module offers: the daemon takes the AND, as we did */
+	msg.hello.features = PVFSD_FEATURES;
 	if (copy_to_user(buf, &msg, sizeof(msg)))
 		return -EFAULT;
 	return sizeof(msg);
@@ -138,6 +140,8 @@ static struct pvfs_op *pvfs_dev_next(size_t count, bool *hello, int *err)
 		return NULL;
 	}
 	list_del_init(&op->queue_link);
+	/* (a replay that does not fit failed at the HELLO) */
+	pvfs_op_fit_locked(op);
 	if (op->kind == PVFS_KIND_CANCEL) {
 		op->state = PVFS_OP_DONE; /* no answer comes */
 	} else {
@@ -204,30 +208,41 @@ static ssize_t pvfs_dev_read(struct file *file, char __user *buf, size_t count, 
 		-EINVAL;                                                                           \
 	})
 
+/*
+ * The daemon's HELLO.  One of a later minor may be longer: what follows
+ * the fields this module knows is that minor's, and ignored.
+ */
 static ssize_t pvfs_dev_hello(struct pvfs_dev_file *df, const void *msg, size_t len)
 {
 	const struct pvfsd_hello *hello = msg + sizeof(struct pvfsd_msg_hdr);
+	size_t known = sizeof(struct pvfsd_msg_hdr) + sizeof(*hello);
+	u64 features;
 	int err;
 
 	if (df->hello)
 		return pvfs_bad("a second HELLO");
 	if (((const struct pvfsd_msg_hdr *)msg)->tag != 0)
 		return pvfs_bad("HELLO with a tag");
-	if (len != sizeof(struct pvfsd_msg_hdr) + sizeof(*hello))
-		return pvfs_bad("HELLO of %zu bytes", len);
-	if (hello->slot_size < (64u << 10) || hello->slot_size > (16u << 20) ||
+	if (len < known || (len > known && hello->minor <= PVFSD_DEV_MINOR))
+		return pvfs_bad("HELLO of %zu bytes for minor %u", len,
+				len < known ? 0 : hello->minor);
+	if (hello->slot_size < PVFSD_SLOT_SIZE_MIN || hello->slot_size > PVFSD_SLOT_SIZE_MAX ||
 	    !is_power_of_2(hello->slot_size))
 		return pvfs_bad("slot size %u", hello->slot_size);
-	if (hello->slot_count < 1 || hello->slot_count > 1024)
+	if (hello->slot_count < PVFSD_SLOTS_MIN || hello->slot_count > PVFSD_SLOTS_MAX)
 		return pvfs_bad("slot count %u", hello->slot_count);
-	if (hello->max_inflight < 1 || hello->pad)
-		return pvfs_bad("HELLO max_inflight %u", hello->max_inflight);
+	if (hello->pad)
+		return pvfs_bad("HELLO pad %u", hello->pad);
 
 	err = pvfs_chan_make_slots(hello->slot_size, hello->slot_count);
 	if (err)
 		return err;
+	features = hello->features & PVFSD_FEATURES;
+	pr_info("pvfsd minor %u, features 0x%llx; using 0x%llx (this module: minor %u, 0x%llx)\n",
+		hello->minor, hello->features, features, PVFSD_DEV_MINOR, PVFSD_FEATURES);
+	pvfs_chan_daemon_hello(features);
+	/* only now may a read() take an op: the features are set */
 	df->hello = true;
-	pvfs_chan_daemon_hello();
 	return len;
 }
 
@@ -462,6 +477,9 @@ static int pvfs_check_body(const struct pvfs_op *op, const void *body, size_t le
 			return pvfs_why(why, "%zu bytes", len);
 		if (r->created > 1 || r->opened > 1)
 			return pvfs_why(why, "created=%u opened=%u", r->created, r->opened);
+		/* a hold not asked for (no open_mode, or not the daemon's feature) */
+		if (r->opened && !((const struct pvfsd_create_req *)(op->up + 1))->open_mode)
+			return pvfs_why(why, "opened=1 without an open_mode");
 		err = pvfs_check_attr(&r->attr, why);
 		return err ? err : pvfs_check_object(op, &r->attr, why);
 	}
@@ -616,10 +634,10 @@ static ssize_t pvfs_dev_write(struct file *file, const char __user *buf, size_t 
 	hdr = msg;
 	if (hdr->magic != PVFSD_DEV_MAGIC) {
 		ret = pvfs_bad("magic %#x", hdr->magic);
-	} else if (hdr->version != PVFSD_DEV_VERSION) {
+	} else if (hdr->version != PVFSD_DEV_MAJOR) {
 		pr_warn_ratelimited(
-			"pvfsd speaks channel version %u, this module %u: upgrade the older one\n",
-			hdr->version, PVFSD_DEV_VERSION);
+			"pvfsd speaks channel %u, this module %u.%u: upgrade the older one\n",
+			hdr->version, PVFSD_DEV_MAJOR, PVFSD_DEV_MINOR);
 		ret = -EPROTO;
 	} else if (hdr->length != count) {
 		ret = pvfs_bad("header says %u bytes, write has %zu", hdr->length, count);

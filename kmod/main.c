@@ -31,7 +31,7 @@ static int __init pvfs_init(void)
 	if (err)
 		goto out_dev_exit;
 
-	pr_info("loaded (channel protocol %u)\n", PVFSD_DEV_VERSION);
+	pr_info("loaded (channel protocol %u.%u)\n", PVFSD_DEV_MAJOR, PVFSD_DEV_MINOR);
 	return 0;
 
 out_dev_exit:

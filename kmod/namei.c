@@ -195,7 +195,9 @@ static int pvfs_create(PVFS_IDMAP_T *idmap, struct inode *dir, struct dentry *de
  * exclusive create needs no LOOKUP first: the server refuses a name that
  * exists (EEXIST).  The CREATE also opens the file (one round trip, not a
  * CREATE and an OPEN), so that the servers hold it while open; a daemon
- * that could not hold it says so, and the file is then opened with an OPEN.
+ * that could not hold it says so, and the file is then opened with an OPEN
+ * (as always with a daemon that did not offer PVFSD_FEAT_CREATE_OPEN: the
+ * channel takes the open_mode out, pvfs_op_fit_locked).
  * Other opens look the name up as usual; a name found absent is created,
  * and a file that existed after all is left to the usual open (permission
  * checks, O_TRUNC, close-to-open revalidation).

@@ -86,7 +86,7 @@ static struct pvfs_op *pvfs_op_alloc(enum pvfs_op_kind kind, u16 opcode, u64 mou
 	spin_unlock(&pvfs_chan.lock);
 
 	op->up->magic = PVFSD_DEV_MAGIC;
-	op->up->version = PVFSD_DEV_VERSION;
+	op->up->version = PVFSD_DEV_MAJOR;
 	op->up->op = opcode;
 	op->up->tag = op->tag;
 	op->up->length = up_len;
@@ -661,11 +661,37 @@ static struct pvfs_op *pvfs_make_attach(struct pvfs_sb_info *sbi, enum pvfs_op_k
 	return op;
 }
 
-void pvfs_chan_daemon_hello(void)
+/*
+ * Fits @op to the daemon's features before it is sent: one made before
+ * this daemon's HELLO may ask for a feature it did not offer.  An op never
+ * sent does without (CREATE without CREATE_OPEN: only create; the kernel
+ * then opens the file with an OPEN, as when a daemon could not hold it).
+ * A replay cannot: the servers' reply cache knows it by its ids and
+ * refuses one that differs from the first, so it does not fit (false).
+ */
+bool pvfs_op_fit_locked(struct pvfs_op *op)
 {
+	struct pvfsd_create_req *create;
+
+	if (op->kind != PVFS_KIND_CALL || op->opcode != PVFSD_OP_CREATE ||
+	    (pvfs_chan.features & PVFSD_FEAT_CREATE_OPEN))
+		return true;
+	create = pvfs_op_req(op);
+	if (!create->open_mode)
+		return true;
+	if (create->common.flags & PVFSD_REQ_REPLAYED)
+		return false;
+	create->open_mode = 0;
+	return true;
+}
+
+void pvfs_chan_daemon_hello(u64 features)
+{
+	struct pvfs_op *op, *next;
 	struct pvfs_sb_info *sbi;
-	struct pvfs_op *op;
+	unsigned int unfit = 0;
 	LIST_HEAD(attaches);
+	LIST_HEAD(to_put);
 
 	mutex_lock(&pvfs_mounts_mutex);
 	/* the list cannot change: adding or removing takes the mutex */
@@ -679,11 +705,21 @@ void pvfs_chan_daemon_hello(void)
 		list_add_tail(&op->queue_link, &attaches);
 	}
 	spin_lock(&pvfs_chan.lock);
+	pvfs_chan.features = features;
 	pvfs_chan.hello_done = true;
 	pvfs_chan.hello_to_send = true;
+	list_for_each_entry_safe(op, next, &pvfs_chan.queue, queue_link) {
+		if (!pvfs_op_fit_locked(op)) {
+			pvfs_fail_locked(op, -EIO, &to_put);
+			unfit++;
+		}
+	}
 	/* ATTACHes first, then what the last daemon left */
 	list_splice(&attaches, &pvfs_chan.queue);
 	spin_unlock(&pvfs_chan.lock);
+	pvfs_put_list(&to_put);
+	if (unfit)
+		pr_warn("%u replayed request(s) need a feature the new daemon lacks: EIO\n", unfit);
 	/*
 	 * Then the files each mount holds open, which the daemon needs to
 	 * know (file.c); they wait in it for their mount's ATTACH.

@@ -303,7 +303,10 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
             if (up.op() == PVFSD_OP_OPEN)
                 status = kernel_status(co_await ops::open(call, *opens), policy);
             else if (up.op() == PVFSD_OP_CREATE)
-                status = kernel_status(co_await ops::create(call, *opens), policy);
+                status = kernel_status(
+                    co_await ops::create(call, *opens,
+                                         (options_.features & PVFSD_FEAT_CREATE_OPEN) != 0),
+                    policy);
             else if (up.op() == PVFSD_OP_CLOSE)
                 status = kernel_status(co_await ops::close(call, *opens), policy);
             else

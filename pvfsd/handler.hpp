@@ -30,6 +30,8 @@ struct HandlerOptions {
     // Benchmarks only (--no-exactly-once): the mounts' clients open no
     // session, so changes carry no reply-cache ids and OPEN holds nothing.
     bool exactly_once = true;
+    // PVFSD_FEAT_* the channel agreed on at HELLO (both sides offered).
+    std::uint64_t features = PVFSD_FEATURES;
 };
 
 // Every upcall runs as a task on one client::Loop: any number are in flight

@@ -77,7 +77,17 @@ struct Settings {
     std::string die_after_reply;
     // Benchmarks only: what exactly-once costs, measured against this.
     bool no_exactly_once = false;
+    // Test only: the channel minor offered at HELLO, with its features
+    // alone, as an older pvfsd would.
+    std::uint32_t channel_minor = PVFSD_DEV_MINOR;
 };
+
+// The features a pvfsd of channel minor `minor` offers.
+static_assert(PVFSD_DEV_MINOR == 1, "features_of_minor knows minors 0 and 1");
+std::uint64_t features_of_minor(std::uint32_t minor)
+{
+    return minor == 0 ? PVFSD_FEATURES_MINOR0 : PVFSD_FEATURES_MINOR1;
+}
 
 std::string open_error(int err, const std::string &device)
 {
@@ -103,15 +113,17 @@ bool write_all(int fd, const std::vector<std::byte> &msg, int &err)
     return n == static_cast<ssize_t>(msg.size());
 }
 
-// HELLO: our version and the slots we want; the kernel answers with the
-// slots it grants.
+// HELLO: our minor, features and the slots we want; the kernel answers with
+// its minor and features and the slots it grants.  `granted.features` is
+// then what both offered.
 bool hello(int fd, const Settings &s, pvfsd_hello &granted)
 {
     pvfs::pvfsd::Downcall d(PVFSD_OP_HELLO, 0);
     pvfsd_hello h{};
     h.slot_size = s.slot_size;
     h.slot_count = s.slots;
-    h.max_inflight = 1024;
+    h.minor = s.channel_minor;
+    h.features = features_of_minor(s.channel_minor);
     d.put(h);
     int err = 0;
     if (!write_all(fd, d.finish(0), err)) {
@@ -138,7 +150,14 @@ bool hello(int fd, const Settings &s, pvfsd_hello &granted)
                           n < 0 ? strerrordesc_np(errno) : why.c_str());
             return false;
         }
+        // A later minor's HELLO may be longer: its first fields are ours.
         granted = *g;
+        gossip::info(gossip::Mask::dev,
+                     "pvfs.ko speaks channel {}.{}, features {:#x}; using {:#x} (pvfsd: {}.{}, "
+                     "{:#x})",
+                     PVFSD_DEV_MAJOR, g->minor, g->features, g->features & h.features,
+                     PVFSD_DEV_MAJOR, h.minor, h.features);
+        granted.features = g->features & h.features;
         return true;
     }
     gossip::error(gossip::Mask::dev, "pvfs.ko did not answer HELLO within 10 s");
@@ -193,6 +212,7 @@ int run(const Settings &s)
     pvfs::pvfsd::HandlerOptions ho;
     ho.key_file = s.key_file;
     ho.exactly_once = !s.no_exactly_once;
+    ho.features = granted.features;
     if (s.no_exactly_once)
         gossip::warning(gossip::Mask::pvfsd,
                         "--no-exactly-once (benchmarks only): a retried change may run twice, "
@@ -333,13 +353,18 @@ int run_main(int argc, char **argv)
     app.option("--pid-file", s.pid_file, "write the daemon's pid here");
     app.option("--slot-size", s.slot_size, "bytes per data slot, a power of two")
         .show_default()
-        .range(64U << 10U, 16U << 20U);
+        .range(PVFSD_SLOT_SIZE_MIN, PVFSD_SLOT_SIZE_MAX);
     app.option("--slots", s.slots, "data slots shared with the kernel")
         .show_default()
-        .range(1, 1024);
+        .range(PVFSD_SLOTS_MIN, PVFSD_SLOTS_MAX);
     app.option("--test-die-after-reply", s.die_after_reply,
                "TESTS ONLY: exit when the first OP (e.g. UNLINK) is done, before the kernel "
                "gets its answer, as a crash there would");
+    app.option("--test-channel-minor", s.channel_minor,
+               "TESTS ONLY: offer pvfs.ko this minor of the channel and only its features, as "
+               "an older pvfsd would")
+        .show_default()
+        .range(0U, PVFSD_DEV_MINOR);
     app.flag("--no-exactly-once", s.no_exactly_once,
              "BENCHMARKS ONLY: open no session with the metadata servers, to measure what "
              "exactly-once costs; a retried or replayed change is not exactly-once (it may "

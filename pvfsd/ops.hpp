@@ -61,7 +61,9 @@ Task<int> xattr_remove(Call call);
 // The mount's open files (ops_open.cpp): Handler::run gives them the
 // mount's table.
 Task<int> open(Call call, OpenTable &table);
-Task<int> create(Call call, OpenTable &table); // a CREATE that may open too
-Task<int> close(Call call, OpenTable &table);  // answers 0: nothing waits
+// A CREATE that may open too; create_open: the channel agreed on
+// PVFSD_FEAT_CREATE_OPEN (else an open_mode is the kernel's error).
+Task<int> create(Call call, OpenTable &table, bool create_open);
+Task<int> close(Call call, OpenTable &table); // answers 0: nothing waits
 
 } // namespace pvfs::pvfsd::ops

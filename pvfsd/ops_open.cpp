@@ -106,13 +106,20 @@ Task<int> open(Call call, OpenTable &table)
     co_return rc;
 }
 
-Task<int> create(Call call, OpenTable &table)
+Task<int> create(Call call, OpenTable &table, bool create_open)
 {
     const auto req = call.up.body<pvfsd_create_req>();
     const auto name = req ? call.up.tail(sizeof(*req), 0, req->name_len) : std::nullopt;
     if (!name || !valid_name(*name) || req->exclusive > 1 ||
         (req->open_mode & ~(PVFSD_OPEN_READ | PVFSD_OPEN_WRITE)) != 0)
         co_return -EINVAL;
+    if (req->open_mode != 0 && !create_open) {
+        gossip::warning(gossip::Mask::dev,
+                        "CREATE tag {} asks to open, but the channel did not agree on "
+                        "CREATE_OPEN: refused",
+                        call.up.tag());
+        co_return -EINVAL;
+    }
     Attr a;
     bool created = false;
     bool opened = false;

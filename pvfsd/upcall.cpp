@@ -18,9 +18,9 @@ std::optional<Upcall> Upcall::parse(std::span<const std::byte> bytes, std::strin
         error = "bad magic";
         return std::nullopt;
     }
-    if (u.hdr_.version != PVFSD_DEV_VERSION) {
+    if (u.hdr_.version != PVFSD_DEV_MAJOR) {
         error = "channel version " + std::to_string(u.hdr_.version) + ", pvfsd speaks " +
-                std::to_string(PVFSD_DEV_VERSION);
+                std::to_string(PVFSD_DEV_MAJOR) + "." + std::to_string(PVFSD_DEV_MINOR);
         return std::nullopt;
     }
     if (u.hdr_.length != bytes.size() || bytes.size() > PVFSD_DEV_MAX_MSG) {
@@ -53,7 +53,7 @@ std::vector<std::byte> Downcall::finish(int status) const
     std::vector<std::byte> out(sizeof(pvfsd_msg_hdr) + body);
     pvfsd_msg_hdr h{};
     h.magic = PVFSD_DEV_MAGIC;
-    h.version = PVFSD_DEV_VERSION;
+    h.version = PVFSD_DEV_MAJOR;
     h.op = op_;
     h.tag = tag_;
     h.length = static_cast<std::uint32_t>(out.size());

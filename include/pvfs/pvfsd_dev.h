@@ -6,9 +6,23 @@
  * integers in the host's byte order; structures have no implicit padding
  * (tests/unit/abi_test.cpp pins every size and offset).
  *
- * Versioning: PVFSD_DEV_VERSION changes whenever the meaning or layout of
- * anything in this file changes.  Each side refuses a peer of another
- * version with a clear error instead of guessing.
+ * Versioning, as FUSE_INIT negotiates (major, minor, flags):
+ *
+ * - PVFSD_DEV_MAJOR, in every header's version field, names the layout of
+ *   the header, HELLO and every body.  It changes when one of them changes
+ *   incompatibly; each side refuses a peer of another major with a clear
+ *   error naming both, instead of guessing.
+ * - PVFSD_DEV_MINOR grows with each compatible addition: a new op, a new
+ *   request flag or field the peer must understand, a field in what was
+ *   padding.  Each such addition gets a PVFSD_FEAT_* bit.  HELLO carries
+ *   each side's minor and the features it offers; both use the features
+ *   both offered (the AND) and nothing else, so that a module and a daemon
+ *   a minor apart work with what they have in common.  A side never sends
+ *   a feature the peer did not offer, and never relies on its peer using
+ *   one.  A later minor may append fields to HELLO: each side reads the
+ *   fields it knows of a longer HELLO and ignores the rest.
+ * - Hints a peer may ignore and still be right (PVFSD_REQ_ZERO_FILL,
+ *   PVFSD_REQ_BY_FILE) need no bit.
  *
  * Traffic: the daemon read()s one upcall per call (kernel -> daemon) and
  * write()s one downcall per call (daemon -> kernel), each a struct
@@ -37,8 +51,28 @@
 /* "PVFS" read as a little-endian 32-bit integer. */
 #define PVFSD_DEV_MAGIC 0x53465650u
 
-/* Protocol version of this header. */
-#define PVFSD_DEV_VERSION 5u
+/*
+ * Protocol version of this header: the major in every message header, the
+ * minor in HELLO.  Major 6 is channel version 5's messages with minor and
+ * features in HELLO (5 and older knew no minor: they are refused).
+ */
+#define PVFSD_DEV_MAJOR 6u
+#define PVFSD_DEV_MINOR 1u
+
+/*
+ * Features (pvfsd_hello.features), each with the minor that added it.
+ *
+ * CREATE_OPEN (minor 1): a CREATE may carry an open_mode, and the daemon
+ * then opens the file in the same request to the servers (no OPEN follows
+ * when it answers opened=1).  Without it the kernel sends open_mode 0 and
+ * opens every file it creates with an OPEN.
+ */
+#define PVFSD_FEAT_CREATE_OPEN 0x1ull
+
+/* Every feature of this header's minor; minor 0 has none. */
+#define PVFSD_FEATURES_MINOR0 0ull
+#define PVFSD_FEATURES_MINOR1 (PVFSD_FEATURES_MINOR0 | PVFSD_FEAT_CREATE_OPEN)
+#define PVFSD_FEATURES PVFSD_FEATURES_MINOR1
 
 /*
  * Upper bound on one message (header + body + tail): room for the largest
@@ -61,7 +95,7 @@
  */
 struct pvfsd_msg_hdr {
 	__u32 magic;   /* PVFSD_DEV_MAGIC; anything else is rejected */
-	__u16 version; /* PVFSD_DEV_VERSION of the sender */
+	__u16 version; /* PVFSD_DEV_MAJOR of the sender */
 	__u16 op;      /* enum pvfsd_op; a downcall repeats its upcall's op */
 	/*
 	 * Chosen by the kernel, unique among pending upcalls and never reused
@@ -75,9 +109,10 @@ struct pvfsd_msg_hdr {
 enum pvfsd_op {
 	/*
 	 * Daemon -> kernel, the first write after open(): the daemon's
-	 * version and the slots it wants.  The downcall-direction message
-	 * has tag 0; the kernel answers by the next read() with a HELLO
-	 * upcall (tag 0) carrying the slots it granted.
+	 * minor, its features and the slots it wants.  The
+	 * downcall-direction message has tag 0; the kernel answers by the
+	 * next read() with a HELLO upcall (tag 0) carrying its own minor and
+	 * features and the slots it granted.
 	 */
 	PVFSD_OP_HELLO = 1,
 	PVFSD_OP_ATTACH = 2, /* connect a mount to its file system */
@@ -216,17 +251,28 @@ struct pvfsd_attr {
 
 /* ---- HELLO ---- */
 
+/* The data slots a daemon may ask for (the kernel may grant fewer). */
+#define PVFSD_SLOT_SIZE_MIN (64u << 10) /* bytes; a power of two */
+#define PVFSD_SLOT_SIZE_MAX (16u << 20)
+#define PVFSD_SLOTS_MIN 1u
+#define PVFSD_SLOTS_MAX 1024u
+
+/*
+ * There is no limit on upcalls in flight: the daemon reads them when it
+ * can (a daemon that reads no more holds the rest in the kernel's queue),
+ * data ops are bounded by the slots and changes by each mount's reply
+ * slots.
+ */
 struct pvfsd_hello {
-	__u32 slot_size;  /* bytes per slot, a power of two, 64 KiB .. 16 MiB */
-	__u32 slot_count; /* 1 .. 1024 */
+	__u32 slot_size;  /* bytes per slot, a power of two, PVFSD_SLOT_SIZE_MIN..MAX */
+	__u32 slot_count; /* PVFSD_SLOTS_MIN .. PVFSD_SLOTS_MAX */
+	__u32 minor;	  /* the sender's PVFSD_DEV_MINOR */
+	__u32 pad;	  /* 0 */
 	/*
-	 * Meant as the number of upcalls the daemon can hold at once, but
-	 * nothing uses it yet: the kernel only rejects 0 from the daemon,
-	 * sends 1024 in its own HELLO and limits nothing by it.  A later
-	 * change either limits the upcalls in flight by it or removes it.
+	 * PVFSD_FEAT_* the sender offers; bits it does not know are 0.  Both
+	 * sides use features & the peer's features.
 	 */
-	__u32 max_inflight;
-	__u32 pad; /* 0 */
+	__u64 features;
 };
 
 /*
@@ -318,7 +364,8 @@ struct pvfsd_create_req {
 	/*
 	 * PVFSD_OPEN_*: open(O_CREAT) also opens the file for these, in the
 	 * same request to the servers, with the CREATE's tag as the OPEN's gen
-	 * (no OPEN follows).  0: only create.
+	 * (no OPEN follows).  0: only create.  Always 0 unless both sides
+	 * offered PVFSD_FEAT_CREATE_OPEN.
 	 */
 	__u32 open_mode;
 };

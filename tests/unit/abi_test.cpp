@@ -1,7 +1,8 @@
 // Checks the layout of the kernel <-> pvfsd ABI (include/pvfs/pvfsd_dev.h):
 // both sides compile the same header with different compilers and flags, so
 // every size and offset is pinned here; a change must be deliberate and come
-// with a new PVFSD_DEV_VERSION.
+// with a new PVFSD_DEV_MAJOR (an incompatible one) or PVFSD_DEV_MINOR and a
+// feature bit (a field in what was padding).
 #include <atf-c++.hpp>
 
 #include <cstddef>
@@ -40,7 +41,18 @@ ATF_TEST_CASE_BODY(magic_spells_pvfs)
 ATF_TEST_CASE_WITHOUT_HEAD(limits);
 ATF_TEST_CASE_BODY(limits)
 {
-    ATF_REQUIRE_EQ(PVFSD_DEV_VERSION, 5U);
+    ATF_REQUIRE_EQ(PVFSD_DEV_MAJOR, 6U);
+    ATF_REQUIRE_EQ(PVFSD_DEV_MINOR, 1U);
+    // The header's version field holds the major.
+    ATF_REQUIRE(PVFSD_DEV_MAJOR <= 0xffffU);
+    // The slots a HELLO may ask for: whole pages, powers of two, and an
+    // index that fits pvfsd_io_req.slot.
+    ATF_REQUIRE_EQ(PVFSD_SLOT_SIZE_MIN, 64U << 10U);
+    ATF_REQUIRE_EQ(PVFSD_SLOT_SIZE_MAX, 16U << 20U);
+    ATF_REQUIRE_EQ(PVFSD_SLOT_SIZE_MIN & (PVFSD_SLOT_SIZE_MIN - 1), 0U);
+    ATF_REQUIRE_EQ(PVFSD_SLOT_SIZE_MAX & (PVFSD_SLOT_SIZE_MAX - 1), 0U);
+    ATF_REQUIRE_EQ(PVFSD_SLOTS_MIN, 1U);
+    ATF_REQUIRE_EQ(PVFSD_SLOTS_MAX, 1024U);
     // A reply slot of a mount is a slot of its session on the servers.
     ATF_REQUIRE(PVFSD_REPLY_SLOTS <= pvfs::proto::max_slots);
     ATF_REQUIRE(PVFSD_NO_SLOT >= pvfs::proto::max_slots);
@@ -54,6 +66,17 @@ ATF_TEST_CASE_BODY(limits)
     ATF_REQUIRE_EQ(PVFSD_MAX_GROUPS, pvfs::max_groups);
     ATF_REQUIRE_EQ(PVFSD_MAX_XATTR_NAME, pvfs::max_xattr_name);
     ATF_REQUIRE_EQ(PVFSD_MAX_XATTR_VALUE, pvfs::max_xattr_value);
+}
+
+// Each minor's features contain the one before's; this header offers all.
+ATF_TEST_CASE_WITHOUT_HEAD(features_grow_by_minor);
+ATF_TEST_CASE_BODY(features_grow_by_minor)
+{
+    ATF_REQUIRE_EQ(PVFSD_FEATURES_MINOR0, 0U);
+    ATF_REQUIRE_EQ(PVFSD_FEAT_CREATE_OPEN, 1U);
+    ATF_REQUIRE_EQ(PVFSD_FEATURES_MINOR1 & PVFSD_FEATURES_MINOR0, PVFSD_FEATURES_MINOR0);
+    ATF_REQUIRE_EQ(PVFSD_FEATURES_MINOR1 & ~PVFSD_FEATURES_MINOR0, PVFSD_FEAT_CREATE_OPEN);
+    ATF_REQUIRE_EQ(PVFSD_FEATURES, PVFSD_FEATURES_MINOR1);
 }
 
 // Object types and setattr bits mean what the protocol's mean, so pvfsd
@@ -113,7 +136,9 @@ ATF_TEST_CASE_BODY(body_layouts)
     ATF_REQUIRE_EQ(offsetof(pvfsd_attr, size), 32U);
     ATF_REQUIRE_EQ(offsetof(pvfsd_attr, atime), 48U);
 
-    require_size<pvfsd_hello>(16, END_OF(pvfsd_hello, pad));
+    require_size<pvfsd_hello>(24, END_OF(pvfsd_hello, features));
+    ATF_REQUIRE_EQ(offsetof(pvfsd_hello, minor), 8U);
+    ATF_REQUIRE_EQ(offsetof(pvfsd_hello, features), 16U);
     require_size<pvfsd_attach_req>(176, END_OF(pvfsd_attach_req, client_id));
     ATF_REQUIRE_EQ(offsetof(pvfsd_attach_req, source_len), 160U);
     require_size<pvfsd_attach_resp>(112, END_OF(pvfsd_attach_resp, pad));
@@ -161,6 +186,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, header_layout);
     ATF_ADD_TEST_CASE(tcs, magic_spells_pvfs);
     ATF_ADD_TEST_CASE(tcs, limits);
+    ATF_ADD_TEST_CASE(tcs, features_grow_by_minor);
     ATF_ADD_TEST_CASE(tcs, numbering_matches_the_protocol);
     ATF_ADD_TEST_CASE(tcs, body_layouts);
 }

@@ -91,7 +91,7 @@ ATF_TEST_CASE_BODY(parse_refuses_malformed_messages)
 
     bad = good;
     h = header_of(bad);
-    h.version = PVFSD_DEV_VERSION + 1;
+    h.version = PVFSD_DEV_MAJOR + 1;
     set_header(bad, h);
     ATF_REQUIRE(!Upcall::parse(bad, why).has_value());
     ATF_REQUIRE(why.find("channel version") != std::string::npos);

@@ -106,7 +106,7 @@ Msg make(std::uint16_t op, std::uint64_t tag, std::int32_t status, const Body &b
     m.bytes.resize(len);
     pvfsd_msg_hdr h{};
     h.magic = PVFSD_DEV_MAGIC;
-    h.version = PVFSD_DEV_VERSION;
+    h.version = PVFSD_DEV_MAJOR;
     h.op = op;
     h.tag = tag;
     h.length = static_cast<std::uint32_t>(len);
@@ -124,7 +124,7 @@ Msg make_empty(std::uint16_t op, std::uint64_t tag, std::int32_t status)
     m.bytes.resize(sizeof(pvfsd_msg_hdr));
     pvfsd_msg_hdr h{};
     h.magic = PVFSD_DEV_MAGIC;
-    h.version = PVFSD_DEV_VERSION;
+    h.version = PVFSD_DEV_MAJOR;
     h.op = op;
     h.tag = tag;
     h.length = sizeof(h);
@@ -168,7 +168,8 @@ pvfsd_hello hello_body(std::uint32_t slot_size, std::uint32_t slots)
     pvfsd_hello h{};
     h.slot_size = slot_size;
     h.slot_count = slots;
-    h.max_inflight = 64;
+    h.minor = PVFSD_DEV_MINOR;
+    h.features = PVFSD_FEATURES;
     return h;
 }
 
@@ -288,7 +289,7 @@ void refuse_stray(int fd, const Msg &up, const Msg &good)
     expect_write(fd, patched([](pvfsd_msg_hdr &g) { g.magic ^= 1U; }), "EINVAL",
                  op + " answer with a bad magic");
     expect_write(fd, patched([](pvfsd_msg_hdr &g) { g.version = 1; }), "EPROTO",
-                 op + " answer of version 1");
+                 op + " answer of channel version 1");
     expect_write(fd, patched([](pvfsd_msg_hdr &g) { g.length += 8; }), "EINVAL",
                  op + " answer whose header says more bytes");
     expect_write(fd, patched([](pvfsd_msg_hdr &g) { g.tag += 1000; }), "EINVAL",
@@ -379,12 +380,27 @@ int run_check(const std::string &mountpoint, const std::string &source)
     std::array<std::byte, 64> buf{};
     expect(::read(fd.get(), buf.data(), buf.size()) < 0 && errno == EPROTO,
            "read before HELLO fails with EPROTO");
-    {
-        Msg m = make(PVFSD_OP_HELLO, 0, 0, hello_body(1U << 20U, 8));
+    for (const unsigned major : {PVFSD_DEV_MAJOR + 1, PVFSD_DEV_MAJOR - 1}) {
+        // (channel version 5, the major before, had a HELLO of 16 bytes)
+        Msg m = major < PVFSD_DEV_MAJOR
+                    ? make(PVFSD_OP_HELLO, 0, 0, std::array<std::uint32_t, 4>{1U << 20U, 8, 64, 0})
+                    : make(PVFSD_OP_HELLO, 0, 0, hello_body(1U << 20U, 8));
         pvfsd_msg_hdr g = m.hdr();
-        g.version = PVFSD_DEV_VERSION + 1;
+        g.version = static_cast<std::uint16_t>(major);
         std::memcpy(m.bytes.data(), &g, sizeof(g));
-        expect_write(fd.get(), m, "EPROTO", "HELLO of a newer channel version");
+        expect_write(fd.get(), m, "EPROTO", "HELLO of channel version " + std::to_string(major));
+    }
+    {
+        // Longer than this minor's HELLO, but from this minor: malformed.
+        pvfsd_hello h = hello_body(1U << 20U, 8);
+        expect_write(fd.get(), make(PVFSD_OP_HELLO, 0, 0, h, std::string(8, '\0')), "EINVAL",
+                     "a HELLO of this minor with 8 bytes too many");
+        h.pad = 1;
+        expect_write(fd.get(), make(PVFSD_OP_HELLO, 0, 0, h), "EINVAL", "a HELLO with pad 1");
+        // The old HELLO (16 bytes) under this major: too short.
+        expect_write(fd.get(),
+                     make(PVFSD_OP_HELLO, 0, 0, std::array<std::uint32_t, 4>{1U << 20U, 8, 64, 0}),
+                     "EINVAL", "a HELLO of 16 bytes");
     }
     expect_write(fd.get(), make(PVFSD_OP_HELLO, 0, 0, hello_body(3000, 8)), "EINVAL",
                  "HELLO with slots of 3000 bytes");
@@ -393,11 +409,30 @@ int run_check(const std::string &mountpoint, const std::string &source)
     expect_write(fd.get(), make(PVFSD_OP_HELLO, 7, 0, hello_body(1U << 20U, 8)), "EINVAL",
                  "HELLO with a tag");
     expect_write(fd.get(), make_empty(PVFSD_OP_STATFS, 1, 0), "EINVAL", "a downcall before HELLO");
+    // A pvfsd of the next minor: a longer HELLO (a field this module does
+    // not know) and a feature it does not know.  The module takes what it
+    // knows and answers with its own minor and features.
     pvfsd_hello granted{};
-    expect(say_hello(fd.get(), granted), "HELLO accepted and answered");
-    expect(granted.slot_size >= (64U << 10U) && granted.slot_count >= 1,
+    {
+        pvfsd_hello h = hello_body(1U << 20U, 8);
+        h.minor = PVFSD_DEV_MINOR + 1;
+        h.features = PVFSD_FEATURES | (1ULL << 63U);
+        Msg m;
+        const bool ok =
+            write_msg(fd.get(), make(PVFSD_OP_HELLO, 0, 0, h, std::string(8, 'x')).bytes) == "ok" &&
+            read_msg(fd.get(), m) && m.hdr().op == PVFSD_OP_HELLO &&
+            m.bytes.size() == sizeof(pvfsd_msg_hdr) + sizeof(pvfsd_hello);
+        expect(ok, "HELLO of the next minor, 8 bytes longer, accepted and answered");
+        if (ok)
+            granted = m.body<pvfsd_hello>();
+    }
+    expect(granted.slot_size >= PVFSD_SLOT_SIZE_MIN && granted.slot_count >= PVFSD_SLOTS_MIN,
            "slots granted: " + std::to_string(granted.slot_count) + " x " +
                std::to_string(granted.slot_size));
+    expect(granted.minor == PVFSD_DEV_MINOR && granted.features == PVFSD_FEATURES &&
+               granted.pad == 0,
+           "the module's HELLO: minor " + std::to_string(granted.minor) + ", features " +
+               std::to_string(granted.features));
     expect_write(fd.get(), make(PVFSD_OP_HELLO, 0, 0, hello_body(1U << 20U, 8)), "EINVAL",
                  "a second HELLO");
 
@@ -463,7 +498,7 @@ int run_check(const std::string &mountpoint, const std::string &source)
     expect(read_msg(fd.get(), up), "read the ATTACH upcall");
     const pvfsd_msg_hdr ah = up.hdr();
     expect(ah.op == PVFSD_OP_ATTACH && ah.tag != 0 && ah.magic == PVFSD_DEV_MAGIC &&
-               ah.version == PVFSD_DEV_VERSION && ah.status == 0 && ah.length == up.bytes.size(),
+               ah.version == PVFSD_DEV_MAJOR && ah.status == 0 && ah.length == up.bytes.size(),
            "ATTACH upcall header well formed");
     const auto areq = up.body<pvfsd_attach_req>();
     const std::string got_source(reinterpret_cast<const char *>(up.bytes.data()) +
