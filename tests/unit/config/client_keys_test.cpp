@@ -135,7 +135,11 @@ ATF_TEST_CASE_BODY(every_refusal)
     expect_refused(good + "b " + hex_b + " Revoked\n", 2, "unknown option");
     for (const char *range : {"uids=", "uids=5", "uids=5-", "uids=-5", "uids=9-8", "uids=a-b",
                               "uids=1-4294967296", "uids=+1-2", "uids=1--2", "uids= 1-2"}) {
-        expect_refused(good + "b " + hex_b + " " + range + "\n", 2, "uids=LO-HI");
+        std::string text = good;
+        text += "b " + hex_b + " ";
+        text += range;
+        text += "\n";
+        expect_refused(text, 2, "uids=LO-HI");
     }
     expect_refused(good + "b " + hex_b + "\r\n", 2, "control character");
     expect_refused(good + "b\v" + hex_b + "\n", 2, "control character");
@@ -201,7 +205,7 @@ ATF_TEST_CASE_BODY(file_checks)
     write_file(path, "a " + hex_a + "\n", 0600);
     const config::ClientKeys ok = config::load_client_keys(path);
     require_msg(ok.ok() && ok.clients.size() == 1, ok.error);
-    for (const mode_t mode : {0640, 0604, 0660, 0700}) {
+    for (const mode_t mode : {0640, 0604, 0660, 0601, 0610}) {
         write_file(path, "a " + hex_a + "\n", mode);
         const config::ClientKeys r = config::load_client_keys(path);
         require_msg(!r.ok() && r.error.find("client keys file " + path) == 0 &&

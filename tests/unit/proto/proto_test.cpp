@@ -424,8 +424,8 @@ ATF_TEST_CASE_BODY(nonzero_flags)
     // Bit 0 is request_has_once (once_ids below), bit 1
     // request_knows_orphaned (orphaned_field), bit 2 request_bound
     // (destination), bit 3 request_create_opens (create_open_field, here on
-    // another op); every other bit is unknown.
-    for (const std::uint32_t flags : {8U, 16U, 0x80000000U, 0xFFFFFFFFU}) {
+    // another op), bit 4 request_keyed (keyed); every other bit is unknown.
+    for (const std::uint32_t flags : {8U, 32U, 0x80000000U, 0xFFFFFFFFU}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u32(m, request_flags_at, flags);
         resign(m);
@@ -547,8 +547,8 @@ ATF_TEST_CASE_BODY(keyed)
             ATF_REQUIRE_EQ(keyed.size(), plain.size() + 4);
             ATF_REQUIRE(!proto::request_key_id(plain));
             ATF_REQUIRE(proto::request_key_id(keyed) == a.id());
-            const std::size_t id_at =
-                request_flags_at + 4 + 4 * 8 + (with_once ? 24 : 0) + (with_to ? 8 : 0);
+            const std::size_t id_at = request_flags_at + 4 + std::size_t{4} * 8 +
+                                      (with_once ? 24 : 0) + (with_to ? 8 : 0);
             ATF_REQUIRE(keyed.at(id_at) == static_cast<std::byte>(*a.id() & 0xffU));
             ATF_REQUIRE((std::to_integer<unsigned>(keyed.at(request_flags_at)) & 16U) != 0);
             proto::Request back;
