@@ -4,7 +4,6 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -66,8 +65,9 @@ bool KeyTable::load(std::string &error, std::string &summary)
         }
         next.emplace(id, std::move(client));
     }
-    const std::size_t removed = static_cast<std::size_t>(std::count_if(
-        clients_.begin(), clients_.end(), [&](const auto &o) { return !next.contains(o.first); }));
+    std::size_t removed = 0;
+    for (const auto &old : clients_)
+        removed += next.contains(old.first) ? 0 : 1;
     summary = fmt::format("{}: {} client keys ({} revoked); {} new, {} gone", path_, next.size(),
                           revoked, added, removed);
     for (std::size_t i = 0; i < newly_revoked.size(); ++i) {

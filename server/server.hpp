@@ -85,7 +85,7 @@ private:
     // Logs `text` about a refused request from `peer`, unless one such line
     // for that peer went to the log less than a minute ago (then it is
     // counted, and the count goes with the next line).
-    void log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &text);
+    static void log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &text);
     // Whether the decoded request_ is for this server (docs/protocol.md
     // "Destination binding"); if not, it is logged (at most once a minute
     // per peer) and answered with EINVAL.

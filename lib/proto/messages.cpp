@@ -393,7 +393,7 @@ std::optional<std::uint32_t> request_key_id(std::span<const std::byte> message) 
         return std::nullopt;
     }
     // request_id, session, seq, time_ns; the once ids; the destination.
-    std::size_t skip = 4 * 8;
+    std::size_t skip = std::size_t{4} * 8;
     skip += (flags & request_has_once) != 0 ? 24 : 0;
     skip += (flags & request_bound) != 0 ? 8 : 0;
     const std::size_t at = d.position() + skip;
