@@ -345,7 +345,8 @@ int run_main(int argc, char **argv)
     app.flag("-f,--foreground", s.foreground, "stay in the foreground (logs to stderr)");
     app.option("--device", s.device, "the channel device").show_default();
     app.option("--key-file", s.key_file,
-               "cluster key (default: $PVFS_KEY_FILE, else /etc/pvfs/pvfs.key)");
+               "this node's key: its client key or the cluster key (default: $PVFS_KEY_FILE, else "
+               "/etc/pvfs/pvfs.key)");
     app.option("--log", s.log_file,
                "log to this file (default: stderr in the foreground, "
                "else syslog)");

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -20,6 +21,8 @@ namespace pvfs::server {
 using proto::data_tag;
 static_assert(std::is_same_v<bmi::Tag, decltype(data_tag(0))>);
 
+struct Client; // key_table.hpp
+
 // Who asked, and what a response must echo.
 struct Origin {
     bmi::Addr peer = bmi::no_addr;
@@ -31,6 +34,9 @@ struct Origin {
     // The request's flag request_knows_orphaned: its reply may say a file
     // was orphaned.
     bool knows_orphaned = false;
+    // The key the request was verified with, which MACs the response too;
+    // null: the cluster key.
+    std::shared_ptr<const Client> client;
 };
 
 // Anything that posts BMI operations on the server's context: the

@@ -3,7 +3,8 @@
 //   pvfs-server -c /etc/pvfs/cluster.toml --name data1
 //
 // It runs in the foreground (systemd, `make up` and the tests start it);
-// SIGTERM or SIGINT stop it after the requests in progress finish.
+// SIGTERM or SIGINT stop it after the requests in progress finish; SIGHUP
+// re-reads the client keys file ([filesystem] client_keys).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -23,11 +24,17 @@
 
 namespace {
 
-std::atomic<bool> g_stop{false}; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+std::atomic<bool> g_stop{false};   // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+std::atomic<bool> g_reload{false}; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 
 extern "C" void on_stop_signal(int /*signal*/)
 {
     g_stop.store(true);
+}
+
+extern "C" void on_reload_signal(int /*signal*/)
+{
+    g_reload.store(true);
 }
 
 // Written once the server listens, so that whoever started it can wait for
@@ -94,6 +101,10 @@ static int run(int argc, char **argv)
     ::sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
+    struct sigaction hup {};
+    hup.sa_handler = on_reload_signal;
+    ::sigemptyset(&hup.sa_mask);
+    ::sigaction(SIGHUP, &hup, nullptr);
     ::signal(SIGPIPE, SIG_IGN); // NOLINT(cert-err33-c): the old handler does not matter
 
     std::string error;
@@ -113,7 +124,7 @@ static int run(int argc, char **argv)
         addresses += (addresses.empty() ? "" : " ") + a;
     pvfs::gossip::warning(pvfs::gossip::Mask::server, "{}: listening on {}", server->name(),
                           addresses);
-    const int status = server->run(g_stop);
+    const int status = server->run(g_stop, &g_reload);
     if (!pid_file.empty())
         ::unlink(pid_file.c_str());
     pvfs::gossip::flush();

@@ -105,6 +105,12 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
     }
     std::unique_ptr<Server> server(new Server(std::move(cluster), self, std::move(*key)));
     const config::Server &me = server->self_;
+    if (server->keys_.has_client_keys()) {
+        std::string summary;
+        if (!server->keys_.load(error, summary) || !server->keys_.watch(error))
+            return nullptr;
+        gossip::info(Mask::server, "{}", summary);
+    }
 
     std::error_code ec;
     std::filesystem::create_directories(me.storage, ec);
@@ -209,7 +215,8 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
 Server::Server(config::Cluster cluster, std::size_t self_index, proto::Key key)
     : cluster_(std::move(cluster)), self_(cluster_.servers.at(self_index)),
       self_index_(static_cast<std::uint32_t>(self_index)), config_text_(config::to_toml(cluster_)),
-      config_hash_(config::hash(cluster_)), key_(std::move(key)),
+      config_hash_(config::hash(cluster_)),
+      keys_(std::move(key), cluster_.defaults.root_squash, cluster_.client_keys),
       started_(std::chrono::steady_clock::now())
 {
 }
@@ -228,7 +235,7 @@ bool Server::busy() const noexcept
            (meta_ && meta_->active() > 0);
 }
 
-int Server::run(const std::atomic<bool> &stop)
+int Server::run(const std::atomic<bool> &stop, std::atomic<bool> *reload)
 {
     std::array<bmi::Completion, 64> done{};
     std::vector<bmi::UnexpectedMessage> requests;
@@ -262,6 +269,16 @@ int Server::run(const std::atomic<bool> &stop)
             data_->poll_store();
         if (meta_)
             meta_->poll();
+        // A key revoked is refused within a tenth of a second of the
+        // re-read; looking no more often keeps the syscall off the hot path.
+        const auto now = std::chrono::steady_clock::now();
+        if (now - keys_checked_ >= std::chrono::milliseconds(100)) {
+            keys_checked_ = now;
+            if (reload != nullptr && reload->exchange(false))
+                reload_keys("SIGHUP");
+            else if (keys_.changed())
+                reload_keys("the file changed");
+        }
     }
     if (busy())
         gossip::warning(Mask::server, "{}: stopped with requests still in progress", self_.name);
@@ -270,22 +287,35 @@ int Server::run(const std::atomic<bool> &stop)
 
 void Server::on_request(const bmi::UnexpectedMessage &message)
 {
-    const proto::DecodeResult decoded = proto::decode(message.data(), key_, request_);
+    std::shared_ptr<const Client> client = keys_.cluster();
+    if (const std::optional<std::uint32_t> id = proto::request_key_id(message.data())) {
+        client = keys_.find(*id);
+        if (!client) {
+            // No key to verify it with, none to MAC an answer with: a
+            // client could not believe one (docs/protocol.md).
+            log_refusal(key_refusals_, message.peer(),
+                        fmt::format("dropped a request from {}: unknown client key id {:08x}",
+                                    bmi_->rev_lookup(message.peer()), *id));
+            return;
+        }
+    }
+    const proto::DecodeResult decoded = proto::decode(message.data(), client->key, request_);
     if (!decoded) {
-        gossip::warning(Mask::server, "dropped a request from {}: {}",
-                        bmi_->rev_lookup(message.peer()), decoded.message());
+        gossip::warning(Mask::server, "dropped a request from {} (key {}): {}",
+                        bmi_->rev_lookup(message.peer()), client->name(), decoded.message());
         return;
     }
-    Origin origin{message.peer(), message.tag(), request_.request_id,    request_.session,
-                  request_.seq,   request_.op(), request_.knows_orphaned};
-    if (!addressed_here(origin))
+    Origin origin{message.peer(), message.tag(), request_.request_id,     request_.session,
+                  request_.seq,   request_.op(), request_.knows_orphaned, std::move(client)};
+    if (!key_allowed(origin) || !addressed_here(origin))
         return;
     const ReplayVerdict verdict =
         replay_.accept(request_.session, request_.seq, request_.time_ns, realtime_ns());
     if (verdict != ReplayVerdict::accepted) {
-        gossip::warning(Mask::server, "rejected {} request {} from {}: {}",
+        gossip::warning(Mask::server, "rejected {} request {} from {} (key {}): {}",
                         proto::op_name(origin.op), origin.request_id,
-                        bmi_->rev_lookup(message.peer()), verdict_errno_text(verdict));
+                        bmi_->rev_lookup(message.peer()), origin.client->name(),
+                        verdict_errno_text(verdict));
         // A replay gets no answer (the real request got one); a client
         // whose clock is off, or one too many, is told why.
         if (verdict != ReplayVerdict::replayed) {
@@ -293,10 +323,11 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
         }
         return;
     }
-    // Every id that is root's goes (uid, primary gid and group 0 among the
-    // groups), or a squashed caller would keep root's group rights.
-    if (cluster_.defaults.root_squash)
-        request_.cred = perm::squash(std::move(request_.cred), true);
+    // The key's policy: a uid outside its range is nobody; every id that
+    // is root's goes unless it says no_root_squash (uid, primary gid and
+    // group 0 among the groups), or a squashed caller would keep root's
+    // group rights.
+    request_.cred = origin.client->apply(std::move(request_.cred));
     gossip::debug(Mask::server, "{} request {} from {}", proto::op_name(origin.op),
                   origin.request_id, bmi_->rev_lookup(message.peer()));
     switch (origin.op) {
@@ -350,28 +381,65 @@ bool Server::addressed_here(const Origin &origin)
     }
     if (fault.empty())
         return true;
+    log_refusal(refusals_, origin.peer,
+                fmt::format("refused {} request {} from {} (key {}): {}", proto::op_name(origin.op),
+                            origin.request_id, bmi_->rev_lookup(origin.peer), origin.client->name(),
+                            fault));
+    respond_error(origin, EINVAL);
+    return false;
+}
+
+bool Server::key_allowed(const Origin &origin)
+{
+    const Client &c = *origin.client;
+    if (!c.revoked && !c.servers_only)
+        return true;
+    log_refusal(key_refusals_, origin.peer,
+                fmt::format("refused {} request {} from {}: {}", proto::op_name(origin.op),
+                            origin.request_id, bmi_->rev_lookup(origin.peer),
+                            c.revoked ? fmt::format("client key {} is revoked", c.name())
+                                      : fmt::format("the cluster key is the servers' own once "
+                                                    "client_keys is set ({})",
+                                                    keys_.path())));
+    respond_error(origin, EACCES);
+    return false;
+}
+
+void Server::log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &text)
+{
     // Logged once a minute per peer, with the count of those not logged, so
     // a flood of them cannot flood the log.
     constexpr std::size_t max_tracked_peers = 4096;
-    if (refusals_.size() >= max_tracked_peers && !refusals_.contains(origin.peer))
-        refusals_.clear();
-    Refusals &r = refusals_[origin.peer];
+    if (log.size() >= max_tracked_peers && !log.contains(peer))
+        log.clear();
+    Refusals &r = log[peer];
     const auto now = std::chrono::steady_clock::now();
     if (r.logged == std::chrono::steady_clock::time_point{} ||
         now - r.logged >= std::chrono::minutes(1)) {
-        gossip::warning(
-            Mask::server, "refused {} request {} from {}: {}{}", proto::op_name(origin.op),
-            origin.request_id, bmi_->rev_lookup(origin.peer), fault,
-            r.unlogged == 0
-                ? std::string()
-                : fmt::format(" ({} more refused since the last such message)", r.unlogged));
+        gossip::warning(Mask::server, "{}{}", text,
+                        r.unlogged == 0 ? std::string()
+                                        : fmt::format(" ({} more refused since the last such "
+                                                      "message)",
+                                                      r.unlogged));
         r.logged = now;
         r.unlogged = 0;
     } else {
         ++r.unlogged;
     }
-    respond_error(origin, EINVAL);
-    return false;
+}
+
+void Server::reload_keys(const char *why)
+{
+    if (!keys_.has_client_keys())
+        return;
+    std::string error;
+    std::string summary;
+    if (!keys_.load(error, summary)) {
+        gossip::error(Mask::server, "client keys not reloaded ({}), the old table stays: {}", why,
+                      error);
+        return;
+    }
+    gossip::warning(Mask::server, "client keys reloaded ({}): {}", why, summary);
 }
 
 proto::StatusResponse Server::status() const
@@ -442,7 +510,8 @@ void Server::send(const Origin &origin, proto::Response &response)
         reply = std::move(free_replies_.back());
         free_replies_.pop_back();
     }
-    const std::size_t size = proto::encode(response, key_, reply->bytes);
+    const Client &client = origin.client ? *origin.client : *keys_.cluster();
+    const std::size_t size = proto::encode(response, client.key, reply->bytes);
     const bmi::Post p =
         bmi_->post_send(origin.peer, reply->bytes.data(), size, origin.tag, reply.get(), ctx_);
     if (!p.ok()) {

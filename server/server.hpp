@@ -18,6 +18,7 @@
 #include "bmi/bmi.hpp"
 #include "core.hpp"
 #include "data_service.hpp"
+#include "key_table.hpp"
 #include "meta_service.hpp"
 #include "pvfs/config.hpp"
 #include "pvfs/proto.hpp"
@@ -43,8 +44,10 @@ public:
     Server &operator=(Server &&) = delete;
 
     // Serves until `stop` becomes true, then finishes the requests in
-    // progress (for at most a few seconds).  Returns the exit status.
-    int run(const std::atomic<bool> &stop);
+    // progress (for at most a few seconds).  Whenever `reload` is set (by
+    // SIGHUP) it is cleared and the client keys file re-read.  Returns the
+    // exit status.
+    int run(const std::atomic<bool> &stop, std::atomic<bool> *reload = nullptr);
 
     [[nodiscard]] const std::string &name() const noexcept { return self_.name; }
     [[nodiscard]] std::vector<std::string> listen_addresses() const
@@ -61,9 +64,28 @@ public:
 private:
     struct Reply;
 
+    // Refused requests of one peer: when one was last logged and how many
+    // went unlogged since.
+    struct Refusals {
+        std::chrono::steady_clock::time_point logged{};
+        std::uint64_t unlogged = 0;
+    };
+    // Bounded: cleared when it grows large.
+    using RefusalLog = std::unordered_map<bmi::Addr, Refusals>;
+
     Server(config::Cluster cluster, std::size_t self_index, proto::Key key);
 
     void on_request(const bmi::UnexpectedMessage &message);
+    // Whether the request's key may be used (not revoked, not the cluster
+    // key once client_keys is set); if not, it is logged (at most once a
+    // minute per peer) and answered with EACCES.
+    bool key_allowed(const Origin &origin);
+    // Re-reads the client keys file; `why` says what asked for it.
+    void reload_keys(const char *why);
+    // Logs `text` about a refused request from `peer`, unless one such line
+    // for that peer went to the log less than a minute ago (then it is
+    // counted, and the count goes with the next line).
+    static void log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &text);
     // Whether the decoded request_ is for this server (docs/protocol.md
     // "Destination binding"); if not, it is logged (at most once a minute
     // per peer) and answered with EINVAL.
@@ -79,22 +101,18 @@ private:
     std::uint32_t self_index_;
     std::string config_text_;
     std::array<std::byte, 32> config_hash_{};
-    proto::Key key_;
+    KeyTable keys_;
     ReplayGuard replay_;
     std::unique_ptr<bmi::Bmi> bmi_;
     bmi::ContextId ctx_ = 0;
     std::unique_ptr<DataService> data_;
     std::unique_ptr<MetaService> meta_;
     std::chrono::steady_clock::time_point started_;
+    std::chrono::steady_clock::time_point keys_checked_{};
 
-    proto::Request request_; // decoded into again and again (its buffers reused)
-    // Misdirected or unbound requests: when each peer was last logged and
-    // how many went unlogged since (bounded: cleared when it grows large).
-    struct Refusals {
-        std::chrono::steady_clock::time_point logged{};
-        std::uint64_t unlogged = 0;
-    };
-    std::unordered_map<bmi::Addr, Refusals> refusals_;
+    proto::Request request_;  // decoded into again and again (its buffers reused)
+    RefusalLog refusals_;     // misdirected or unbound
+    RefusalLog key_refusals_; // unknown, revoked or servers-only keys
     std::unordered_map<Reply *, std::unique_ptr<Reply>> replies_in_flight_;
     std::vector<std::unique_ptr<Reply>> free_replies_;
 };

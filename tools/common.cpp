@@ -23,7 +23,8 @@ void add_target_options(cli::Parser &args, Target &t)
                 "the file system: a cluster config file or tcp://host:port/fsname "
                 "(default: $PVFS_CONFIG)");
     args.option("--key", t.key_file,
-                "the cluster key file (default: the config's, or $PVFS_KEY_FILE)");
+                "the key file: a client key or the cluster key (default: the config's, or "
+                "$PVFS_KEY_FILE)");
 }
 
 std::unique_ptr<client::Client> connect_or_exit(std::string_view prog, const Target &t)

@@ -97,6 +97,9 @@ struct Cluster {
     std::string fs_name;
     std::uint32_t fs_id = 0;
     std::string key_file; // absolute, lexically normal
+    // The servers' table of client keys (client_keys.hpp, docs/security.md
+    // "Client keys"); empty: none, the cluster key is every client's.
+    std::string client_keys; // absolute, lexically normal, or empty
     Defaults defaults;
     std::vector<Server> servers; // in file order
 

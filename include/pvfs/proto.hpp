@@ -743,8 +743,14 @@ inline constexpr std::uint32_t request_bound = 4;
 // that does not know it refuses the request as bad_flags rather than
 // creating a file nobody holds (docs/protocol.md "Versioning").
 inline constexpr std::uint32_t request_create_opens = 8;
-inline constexpr std::uint32_t request_flags =
-    request_has_once | request_knows_orphaned | request_bound | request_create_opens;
+// The request is MACed with a client key (a Key with a name): its u32 id
+// follows the destination, under the MAC, and the server verifies the MAC
+// with the key of that id and MACs its response with it too
+// (docs/protocol.md "Client keys").  Set by encode() exactly when the key
+// has a name.
+inline constexpr std::uint32_t request_keyed = 16;
+inline constexpr std::uint32_t request_flags = request_has_once | request_knows_orphaned |
+                                               request_bound | request_create_opens | request_keyed;
 
 // The server a request is for: the file system's id ([filesystem] id) and
 // the server's index in the config's server list.
@@ -784,14 +790,38 @@ struct Response {
 // client needs nothing more against replayed responses.
 [[nodiscard]] bool answers(const Response &resp, const Request &req) noexcept;
 
-// ---- the cluster key -----------------------------------------------------
+// ---- keys ----------------------------------------------------------------
 
-// The 32-byte cluster key.  Wiped when destroyed (and when moved from).
+// Client key names: 1 to 64 bytes of [A-Za-z0-9._-].
+inline constexpr std::size_t max_key_name = 64;
+[[nodiscard]] bool valid_key_name(std::string_view name) noexcept;
+// A client key's id on the wire: the first 4 bytes of BLAKE2b-256(name)
+// (crypto_generichash, no key), little-endian.
+[[nodiscard]] std::uint32_t key_id(std::string_view name) noexcept;
+// The key id of a request with the request_keyed flag, read from its
+// envelope before anything is verified (to choose the key to verify it
+// with); nullopt when the flag is absent or the envelope too short to say.
+[[nodiscard]] std::optional<std::uint32_t>
+request_key_id(std::span<const std::byte> message) noexcept;
+
+// Reads a file that holds secrets (`what` names it in errors: "key file",
+// "client keys file"): refused unless it is a regular file (not through a
+// symlink) owned by this process's euid or root with no group or other mode
+// bit, and at most `max_bytes` long.  `out` is replaced by its contents;
+// the caller wipes them (sodium_memzero) when done.  On failure, false and
+// `error` says why, naming the file.
+[[nodiscard]] bool read_private_file(const std::string &path, std::string_view what,
+                                     std::size_t max_bytes, std::string &out, std::string &error);
+
+// A 32-byte key: the cluster key, or a client key, which has a name (and
+// so an id).  Wiped when destroyed (and when moved from).
 class Key {
 public:
-    // Reads a key file: 64 hex digits, optionally followed by one newline
-    // (as pvfs::config::generate_key_file writes it).  On failure returns
-    // nullopt and sets `error` to a message naming the file.
+    // Reads a key file: 64 hex digits (the cluster key, as
+    // pvfs::config::generate_key_file writes it), or a client's name, one
+    // space and 64 hex digits (a client key, as pvfs-key writes it); either
+    // optionally followed by one newline.  On failure returns nullopt and
+    // sets `error` to a message naming the file.
     [[nodiscard]] static std::optional<Key> load(const std::string &path, std::string &error);
     // 64 hex digits exactly; nullopt otherwise.
     [[nodiscard]] static std::optional<Key> from_hex(std::string_view hex);
@@ -810,9 +840,18 @@ public:
     [[nodiscard]] bool verify(std::span<const std::byte> message,
                               std::span<const std::byte, mac_size> tag) const noexcept;
 
+    // A client key's name (empty for the cluster key) and id.
+    [[nodiscard]] const std::string &name() const noexcept { return name_; }
+    [[nodiscard]] std::optional<std::uint32_t> id() const noexcept { return id_; }
+    // Makes this a client key named `name` (a valid_key_name): requests
+    // encoded with it carry its id.
+    void set_name(std::string name);
+
 private:
     Key() noexcept;
     std::array<unsigned char, key_size> bytes_{};
+    std::string name_;
+    std::optional<std::uint32_t> id_;
 };
 
 // ---- encoding and decoding -----------------------------------------------
@@ -858,7 +897,9 @@ using BodyDigest = std::array<std::byte, 16>;
 [[nodiscard]] BodyDigest body_digest(const RequestBody &body, std::vector<std::byte> &scratch);
 
 // Checks the envelope, verifies the MAC (before looking at the body), then
-// parses the body.  On failure `out` holds unspecified (valid) values.
+// parses the body.  On failure `out` holds unspecified (valid) values.  A
+// request's key id (request_keyed) must be `key`'s id, and a request without
+// one needs a key without a name: bad_mac otherwise.
 [[nodiscard]] DecodeResult decode(std::span<const std::byte> message, const Key &key, Request &out);
 [[nodiscard]] DecodeResult decode(std::span<const std::byte> message, const Key &key,
                                   Response &out);

@@ -281,7 +281,7 @@ private:
     void read_filesystem(const Value &root, Cluster &c)
     {
         const Value &fs = require_table(require(root, "", "filesystem"), "filesystem");
-        reject_unknown(fs, "filesystem", {"name", "id", "key_file"});
+        reject_unknown(fs, "filesystem", {"name", "id", "key_file", "client_keys"});
         c.fs_name = require_name(require(fs, "filesystem", "name"), "filesystem.name");
         const Value &id = require(fs, "filesystem", "id");
         const std::int64_t n = require_integer(id, "filesystem.id");
@@ -290,6 +290,9 @@ private:
         }
         c.fs_id = static_cast<std::uint32_t>(n);
         c.key_file = path(require(fs, "filesystem", "key_file"), "filesystem.key_file");
+        if (const Value *v = member(fs, "client_keys")) {
+            c.client_keys = path(*v, "filesystem.client_keys");
+        }
     }
 
     void read_defaults(const Value &d, Defaults &out)
@@ -711,7 +714,13 @@ std::string to_toml(const Cluster &c)
     out += "[filesystem]\n";
     out += fmt::format("name = {}\n", toml_string(c.fs_name));
     out += fmt::format("id = {}\n", c.fs_id);
-    out += fmt::format("key_file = {}\n\n", toml_string(c.key_file));
+    out += fmt::format("key_file = {}\n", toml_string(c.key_file));
+    // Only when set, so the text (and hash) of a cluster without it stays
+    // what it was before client keys existed.
+    if (!c.client_keys.empty()) {
+        out += fmt::format("client_keys = {}\n", toml_string(c.client_keys));
+    }
+    out += "\n";
     out += "[defaults]\n";
     out += fmt::format("stripe_size = {}\n", detail::size_toml(d.default_layout.stripe_size));
     out += fmt::format("stripe_count = {}{}\n", stripe_count,

@@ -1,4 +1,5 @@
-// Cluster key files: 32 random bytes as hex, mode 0600 from birth.
+// Key files: 32 random bytes as hex (a client key's after its name), mode
+// 0600 from birth; and the atomic replacement of a private file.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 #include <sodium.h>
 
+#include "pvfs/client_keys.hpp"
 #include "pvfs/config.hpp"
 #include "pvfs/unique_fd.hpp"
 
@@ -99,7 +101,74 @@ void sync_directory(const std::filesystem::path &file)
     }
 }
 
+// Writes `text` to a new temporary file beside `path` and renames it over
+// `path`: a reader sees the old file or the new one, whole.
+std::string replace_with(const std::filesystem::path &target, std::string_view text)
+{
+    std::string temp =
+        (target.parent_path() / ("." + target.filename().string() + ".XXXXXX")).string();
+    UniqueFd fd(::mkostemp(temp.data(), O_CLOEXEC)); // mkostemp creates with mode 0600
+    if (!fd.valid()) {
+        return fmt::format("cannot create a temporary file beside it: {}", errno_text(errno));
+    }
+    std::string error = fill(fd.get(), text);
+    if (error.empty()) {
+        error = close_checked(fd);
+    }
+    if (error.empty() && ::rename(temp.c_str(), target.c_str()) != 0) {
+        error = fmt::format("cannot rename {} over it: {}", temp, errno_text(errno));
+    }
+    if (!error.empty()) {
+        (void)::unlink(temp.c_str());
+        return error;
+    }
+    sync_directory(target);
+    return {};
+}
+
 } // namespace
+
+Status replace_private_file(const std::string &path, std::string_view text)
+{
+    if (std::string error = replace_with(path, text); !error.empty()) {
+        return {fmt::format("{}: {}", path, error)};
+    }
+    return {};
+}
+
+Status generate_client_key_file(const std::string &path, std::string_view name,
+                                std::string &key_hex)
+{
+    if (sodium_init() < 0) {
+        return {fmt::format("{}: libsodium cannot initialise its random source", path)};
+    }
+    const KeyText key;
+    const std::string_view hex = key.line().substr(0, 2 * key_bytes);
+    std::string text = fmt::format("{} {}\n", name, hex);
+    // O_EXCL: never follows a planted symlink, never clobbers a key.
+    UniqueFd fd(
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, key_mode));
+    std::string error;
+    if (!fd.valid()) {
+        const int open_errno = errno;
+        error = open_errno == EEXIST ? "already exists; refusing to overwrite a key"
+                                     : fmt::format("cannot create: {}", errno_text(open_errno));
+        sodium_memzero(text.data(), text.size());
+        return {fmt::format("{}: {}", path, error)};
+    }
+    error = fill(fd.get(), text);
+    sodium_memzero(text.data(), text.size());
+    if (error.empty()) {
+        error = close_checked(fd);
+    }
+    if (!error.empty()) {
+        (void)::unlink(path.c_str());
+        return {fmt::format("{}: {}", path, error)};
+    }
+    sync_directory(path);
+    key_hex.assign(hex);
+    return {};
+}
 
 Status generate_key_file(const std::string &path, bool overwrite)
 {
@@ -131,25 +200,9 @@ Status generate_key_file(const std::string &path, bool overwrite)
         return {};
     }
     // Replace atomically: a reader sees the old key or the new one, whole.
-    std::string temp =
-        (target.parent_path() / ("." + target.filename().string() + ".XXXXXX")).string();
-    UniqueFd fd(::mkostemp(temp.data(), O_CLOEXEC)); // mkostemp creates with mode 0600
-    if (!fd.valid()) {
-        return {fmt::format("{}: cannot create a temporary file beside it: {}", path,
-                            errno_text(errno))};
-    }
-    std::string error = fill(fd.get(), key.line());
-    if (error.empty()) {
-        error = close_checked(fd);
-    }
-    if (error.empty() && ::rename(temp.c_str(), path.c_str()) != 0) {
-        error = fmt::format("cannot rename {} over it: {}", temp, errno_text(errno));
-    }
-    if (!error.empty()) {
-        (void)::unlink(temp.c_str());
+    if (std::string error = replace_with(target, key.line()); !error.empty()) {
         return {fmt::format("{}: {}", path, error)};
     }
-    sync_directory(target);
     return {};
 }
 

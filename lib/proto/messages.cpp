@@ -3,6 +3,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -304,7 +305,8 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     e.num(static_cast<std::uint16_t>(req.op()));
     e.num((req.once.present() ? request_has_once : 0U) |
           (req.knows_orphaned ? request_knows_orphaned : 0U) | (req.to ? request_bound : 0U) |
-          (create_opens(req.body) ? request_create_opens : 0U)); // flags
+          (create_opens(req.body) ? request_create_opens : 0U) |
+          (key.id() ? request_keyed : 0U)); // flags
     e.num(req.request_id);
     e.num(req.session);
     e.num(req.seq);
@@ -318,6 +320,9 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     if (req.to) {
         e.num(req.to->fs_id);
         e.num(req.to->server_index);
+    }
+    if (const std::optional<std::uint32_t> id = key.id()) {
+        e.num(*id);
     }
     e.num(req.cred.uid);
     e.num(req.cred.gid);
@@ -373,6 +378,34 @@ BodyDigest body_digest(const RequestBody &body, std::vector<std::byte> &scratch)
     return out;
 }
 
+std::optional<std::uint32_t> request_key_id(std::span<const std::byte> message) noexcept
+{
+    Decoder d(message);
+    std::uint32_t magic = 0;
+    std::uint16_t version = 0;
+    std::uint16_t op = 0;
+    std::uint32_t flags = 0;
+    d.num(magic);
+    d.num(version);
+    d.num(op);
+    d.num(flags);
+    if (!d.ok() || (flags & request_keyed) == 0) {
+        return std::nullopt;
+    }
+    // request_id, session, seq, time_ns; the once ids; the destination.
+    std::size_t skip = std::size_t{4} * 8;
+    skip += (flags & request_has_once) != 0 ? 24 : 0;
+    skip += (flags & request_bound) != 0 ? 8 : 0;
+    const std::size_t at = d.position() + skip;
+    if (message.size() < at + 4) {
+        return std::nullopt;
+    }
+    Decoder id_reader(message.subspan(at, 4));
+    std::uint32_t id = 0;
+    id_reader.num(id);
+    return id;
+}
+
 DecodeResult decode(std::span<const std::byte> message, const Key &key, Request &out)
 {
     Decoder d(message);
@@ -407,6 +440,15 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
         d.num(to.fs_id);
         d.num(to.server_index);
         out.to = to;
+    }
+    if ((flags & request_keyed) != 0) {
+        std::uint32_t id = 0;
+        d.num(id);
+        if (d.ok() && key.id() != id) {
+            d.fail(DecodeError::bad_mac, "key id is not that of the key checking the request", id);
+        }
+    } else if (d.ok() && key.id()) {
+        d.fail(DecodeError::bad_mac, "request without a key id checked with a client key");
     }
     d.num(out.cred.uid);
     d.num(out.cred.gid);

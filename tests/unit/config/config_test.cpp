@@ -131,6 +131,7 @@ config::Cluster unusual_cluster()
     c.fs_name = "scratch.fs-2_b";
     c.fs_id = 4294967295U;
     c.key_file = R"(/keys/with "quotes" and \backslash/k)";
+    c.client_keys = "/etc/pvfs/clients";
     c.defaults.default_layout = {64U * 1024U * 3U, 1, 0};
     c.defaults.bulk_chunk = 100'000;
     c.defaults.request_timeout_ms = 1500;
@@ -302,6 +303,15 @@ ATF_TEST_CASE_BODY(filesystem_errors)
                  "t.toml:4: filesystem.key_file: ", "empty path");
     expect_error(text_with({{4, R"(key_file = "a\u0001b")"}}),
                  "t.toml:4: filesystem.key_file: ", "control character");
+    expect_error(text_with({{4, "key_file = \"k\"\nclient_keys = \"\""}}),
+                 "t.toml:5: filesystem.client_keys: ", "empty path");
+    expect_error(text_with({{4, "key_file = \"k\"\nclient_keys = 3"}}),
+                 "t.toml:5: filesystem.client_keys: ", "string");
+    const config::Cluster with_clients =
+        parse_ok(text_with({{4, "key_file = \"k\"\nclient_keys = \"clients\""}}));
+    require_msg(with_clients.client_keys == "/etc/pvfs/clients",
+                "client_keys resolved to " + with_clients.client_keys);
+    require_msg(parse_ok(text_with({})).client_keys.empty(), "client_keys set by default");
 }
 
 ATF_TEST_CASE_WITHOUT_HEAD(defaults_errors);

@@ -424,8 +424,8 @@ ATF_TEST_CASE_BODY(nonzero_flags)
     // Bit 0 is request_has_once (once_ids below), bit 1
     // request_knows_orphaned (orphaned_field), bit 2 request_bound
     // (destination), bit 3 request_create_opens (create_open_field, here on
-    // another op); every other bit is unknown.
-    for (const std::uint32_t flags : {8U, 16U, 0x80000000U, 0xFFFFFFFFU}) {
+    // another op), bit 4 request_keyed (keyed); every other bit is unknown.
+    for (const std::uint32_t flags : {8U, 32U, 0x80000000U, 0xFFFFFFFFU}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u32(m, request_flags_at, flags);
         resign(m);
@@ -513,6 +513,77 @@ ATF_TEST_CASE_BODY(destination)
         put_u32(stripped, request_flags_at, with_once ? proto::request_has_once : 0U);
         require_error(decode_request(stripped), DecodeError::bad_mac, "destination stripped");
     }
+}
+
+// A client key (a Key with a name) sets flag bit 4 and puts its id after the
+// destination; the server chooses the key by that id (request_key_id) and
+// the decoder holds the id to the key that verifies.
+ATF_TEST_CASE_WITHOUT_HEAD(keyed);
+ATF_TEST_CASE_BODY(keyed)
+{
+    const auto cluster = samples::test_key();
+    std::array<std::byte, proto::key_size> a_bytes{};
+    a_bytes.fill(std::byte{0x11});
+    auto a = proto::Key::from_bytes(a_bytes);
+    a.set_name("node-a");
+    auto b = proto::Key::from_bytes(a_bytes); // the same bytes, another name
+    b.set_name("node-b");
+    ATF_REQUIRE(a.id() == proto::key_id("node-a") && b.id() == proto::key_id("node-b"));
+    ATF_REQUIRE(a.id() != b.id());
+    ATF_REQUIRE_EQ(proto::key_id("node-a"), proto::key_id(std::string("node-a")));
+    ATF_REQUIRE(proto::valid_key_name("a.B-9_") && !proto::valid_key_name("") &&
+                !proto::valid_key_name("a b") && !proto::valid_key_name(std::string(65, 'x')) &&
+                proto::valid_key_name(std::string(64, 'x')));
+    for (const bool with_once : {false, true}) {
+        for (const bool with_to : {false, true}) {
+            proto::Request req = samples::request(
+                proto::TruncateObjectRequest{.handle = 5, .size = 0}, with_once ? 2 : 1);
+            if (with_to)
+                req.to = proto::Destination{.fs_id = 9, .server_index = 1};
+            else
+                req.to.reset();
+            const auto plain = encoded(req, cluster);
+            const auto keyed = encoded(req, a);
+            ATF_REQUIRE_EQ(keyed.size(), plain.size() + 4);
+            ATF_REQUIRE(!proto::request_key_id(plain));
+            ATF_REQUIRE(proto::request_key_id(keyed) == a.id());
+            const std::size_t id_at = request_flags_at + 4 + std::size_t{4} * 8 +
+                                      (with_once ? 24 : 0) + (with_to ? 8 : 0);
+            ATF_REQUIRE(keyed.at(id_at) == static_cast<std::byte>(*a.id() & 0xffU));
+            ATF_REQUIRE((std::to_integer<unsigned>(keyed.at(request_flags_at)) & 16U) != 0);
+            proto::Request back;
+            ATF_REQUIRE(proto::decode(keyed, a, back));
+            ATF_REQUIRE(back == req);
+            // Key b's id in a's message: the id is under the MAC.
+            auto renamed = keyed;
+            put_u32(renamed, id_at, *b.id());
+            ATF_REQUIRE(proto::request_key_id(renamed) == b.id());
+            require_error(proto::decode(renamed, b, back), DecodeError::bad_mac,
+                          "a's request renamed to b, checked with b");
+            require_error(proto::decode(renamed, a, back), DecodeError::bad_mac,
+                          "a's request renamed to b, checked with a");
+            // Checked with another key than its id's, or without a name.
+            require_error(proto::decode(keyed, b, back), DecodeError::bad_mac, "b for a's id");
+            require_error(proto::decode(keyed, cluster, back), DecodeError::bad_mac,
+                          "the cluster key for a's id");
+            // An unkeyed request is never checked with a client key.
+            require_error(proto::decode(plain, a, back), DecodeError::bad_mac,
+                          "unkeyed, checked with a client key");
+            // Every truncation of the envelope up to the id: no id read.
+            for (std::size_t n = 0; n < id_at + 4; ++n)
+                ATF_REQUIRE(!proto::request_key_id(std::span(keyed).first(n)));
+            // Responses are MACed with the request's key.
+            const proto::Response resp = proto::response_to(req, 0);
+            const auto r = encoded(resp, a);
+            proto::Response rback;
+            ATF_REQUIRE(proto::decode(r, a, rback));
+            require_error(proto::decode(r, cluster, rback), DecodeError::bad_mac,
+                          "a's response checked with the cluster key");
+        }
+    }
+    // The key's name and id move with it.
+    auto moved = std::move(a);
+    ATF_REQUIRE(moved.name() == "node-a" && moved.id() == proto::key_id("node-a"));
 }
 
 // RemoveResponse/RenameResponse::orphaned is a trailing field: absent, the
@@ -1225,6 +1296,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, open_close_values);
     ATF_ADD_TEST_CASE(tcs, once_ids);
     ATF_ADD_TEST_CASE(tcs, destination);
+    ATF_ADD_TEST_CASE(tcs, keyed);
     ATF_ADD_TEST_CASE(tcs, body_codec);
     ATF_ADD_TEST_CASE(tcs, truncated_at_every_byte);
     ATF_ADD_TEST_CASE(tcs, lengths_over_limits);
