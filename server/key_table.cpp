@@ -91,7 +91,7 @@ bool KeyTable::watch(std::string &error)
     // and renames it over the old one, whose watch would then see nothing.
     // path_ is absolute (the config makes it so): it has a parent.
     const std::string dir = std::filesystem::path(path_).parent_path().string();
-    if (::inotify_add_watch(fd.get(), dir.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO) < 0) {
+    if (::inotify_add_watch(fd.get(), dir.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_ATTRIB) < 0) {
         error = fmt::format("cannot watch {} for changes of {}: {}", dir, file_name_,
                             errno_text(errno));
         return false;
@@ -102,6 +102,16 @@ bool KeyTable::watch(std::string &error)
 
 bool KeyTable::changed()
 {
+    if (rewatch_) {
+        // Until the directory is back nothing can be watched (the failed
+        // re-read's retries say what is missing); once it is, re-read.
+        std::string error;
+        if (!watch(error)) {
+            return false;
+        }
+        rewatch_ = false;
+        return true;
+    }
     if (!inotify_.valid()) {
         return false;
     }
@@ -127,6 +137,12 @@ bool KeyTable::changed()
             }
             // An overflowed queue lost events: re-read to be sure.
             ours = ours || (ev.mask & IN_Q_OVERFLOW) != 0;
+            // The directory went (removed, or replaced by a rename): its
+            // watch is gone, and a new directory needs one of its own.
+            if ((ev.mask & IN_IGNORED) != 0) {
+                ours = true;
+                rewatch_ = true;
+            }
             at = name_at + ev.len;
         }
     }

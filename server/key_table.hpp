@@ -74,6 +74,7 @@ private:
     std::string file_name_; // the last component of path_, as inotify names it
     std::unordered_map<std::uint32_t, std::shared_ptr<const Client>> clients_;
     UniqueFd inotify_;
+    bool rewatch_ = false; // the directory's watch went (IN_IGNORED)
 };
 
 } // namespace pvfs::server

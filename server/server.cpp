@@ -107,7 +107,8 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
     const config::Server &me = server->self_;
     if (server->keys_.has_client_keys()) {
         std::string summary;
-        if (!server->keys_.load(error, summary) || !server->keys_.watch(error))
+        // Watched first: a change between the read and the watch is seen.
+        if (!server->keys_.watch(error) || !server->keys_.load(error, summary))
             return nullptr;
         gossip::info(Mask::server, "{}", summary);
     }
@@ -278,6 +279,8 @@ int Server::run(const std::atomic<bool> &stop, std::atomic<bool> *reload)
                 reload_keys("SIGHUP");
             else if (keys_.changed())
                 reload_keys("the file changed");
+            else if (keys_stale_ && now >= keys_retry_)
+                reload_keys("a retry");
         }
     }
     if (busy())
@@ -435,10 +438,17 @@ void Server::reload_keys(const char *why)
     std::string error;
     std::string summary;
     if (!keys_.load(error, summary)) {
-        gossip::error(Mask::server, "client keys not reloaded ({}), the old table stays: {}", why,
-                      error);
+        // Tried again every 10 s: a revocation in an edit that was refused
+        // (or a file the server could not read) must not wait for the next
+        // edit to take effect once the file is fixed.
+        gossip::error(Mask::server,
+                      "client keys not reloaded ({}), the old table stays (next try in 10 s): {}",
+                      why, error);
+        keys_stale_ = true;
+        keys_retry_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         return;
     }
+    keys_stale_ = false;
     gossip::warning(Mask::server, "client keys reloaded ({}): {}", why, summary);
 }
 

@@ -102,6 +102,8 @@ private:
     std::string config_text_;
     std::array<std::byte, 32> config_hash_{};
     KeyTable keys_;
+    bool keys_stale_ = false; // the last re-read failed: retried at keys_retry_
+    std::chrono::steady_clock::time_point keys_retry_{};
     ReplayGuard replay_;
     std::unique_ptr<bmi::Bmi> bmi_;
     bmi::ContextId ctx_ = 0;

@@ -97,7 +97,7 @@ void read_table(const std::string &path, bool missing_ok, Secret &text, config::
 {
     std::string error;
     if (!proto::read_private_file(path, "client keys file", config::max_client_keys_bytes,
-                                  text.text, error)) {
+                                  text.text, error, proto::FileOwner::any_for_root)) {
         struct stat st {};
         if (missing_ok && ::lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
             text.text.clear();

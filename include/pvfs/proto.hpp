@@ -810,8 +810,13 @@ request_key_id(std::span<const std::byte> message) noexcept;
 // bit, and at most `max_bytes` long.  `out` is replaced by its contents;
 // the caller wipes them (sodium_memzero) when done.  On failure, false and
 // `error` says why, naming the file.
+// Who may own it: this process's euid or root; or, read by root (an admin
+// tool editing the servers' file), any user (the servers' own, as their
+// unit runs them).  The mode check stays.
+enum class FileOwner : std::uint8_t { euid_or_root, any_for_root };
 [[nodiscard]] bool read_private_file(const std::string &path, std::string_view what,
-                                     std::size_t max_bytes, std::string &out, std::string &error);
+                                     std::size_t max_bytes, std::string &out, std::string &error,
+                                     FileOwner owner = FileOwner::euid_or_root);
 
 // A 32-byte key: the cluster key, or a client key, which has a name (and
 // so an id).  Wiped when destroyed (and when moved from).

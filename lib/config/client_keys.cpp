@@ -1,6 +1,7 @@
 // The client keys file (include/pvfs/client_keys.hpp): a strict line parser.
 #include "pvfs/client_keys.hpp"
 
+#include <array>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -88,6 +89,12 @@ public:
         if (f.empty()) {
             return true;
         }
+        // A key in the name's place (swapped columns, a pasted key file)
+        // must not reach a log line.
+        if (proto::Key::from_hex(f[0])) {
+            return fail("the line starts with 64 hex digits, a key: a line is NAME KEY-HEX "
+                        "[no_root_squash] [uids=LO-HI] [revoked]");
+        }
         if (f.size() < 2) {
             return fail(fmt::format("'{}' without a key: a line is NAME KEY-HEX [no_root_squash] "
                                     "[uids=LO-HI] [revoked]",
@@ -121,6 +128,17 @@ public:
                                     name, id, out.at(it->second).key.name(),
                                     out.at(it->second).line));
         }
+        // Two clients with one key: whoever holds it picks the weaker
+        // policy.  Compared through a MAC of a constant, not the key.
+        std::array<std::byte, proto::mac_size> print{};
+        static constexpr std::string_view probe = "pvfs client key fingerprint";
+        key->sign(std::as_bytes(std::span(probe.data(), probe.size())), print);
+        const std::string fingerprint(reinterpret_cast<const char *>(print.data()), print.size());
+        if (const auto it = prints_.find(fingerprint); it != prints_.end()) {
+            return fail(fmt::format("client '{}' has the key of the client on line {}: each "
+                                    "client needs its own (pvfs-key add makes one)",
+                                    name, it->second));
+        }
         ClientKey client{std::move(*key), false, std::nullopt, false, number};
         for (std::size_t i = 2; i < f.size(); ++i) {
             const std::string_view option = f[i];
@@ -145,6 +163,7 @@ public:
             }
         }
         names_.emplace(std::string(name), number);
+        prints_.emplace(fingerprint, number);
         ids_.emplace(id, out.size());
         out.push_back(std::move(client));
         return true;
@@ -162,8 +181,9 @@ private:
     std::string_view origin_;
     std::size_t number_ = 0;
     std::string error_;
-    std::unordered_map<std::string, std::size_t> names_; // name -> line
-    std::unordered_map<std::uint32_t, std::size_t> ids_; // id -> index in out
+    std::unordered_map<std::string, std::size_t> names_;  // name -> line
+    std::unordered_map<std::uint32_t, std::size_t> ids_;  // id -> index in out
+    std::unordered_map<std::string, std::size_t> prints_; // key fingerprint -> line
 };
 
 } // namespace

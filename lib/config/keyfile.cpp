@@ -111,7 +111,20 @@ std::string replace_with(const std::filesystem::path &target, std::string_view t
     if (!fd.valid()) {
         return fmt::format("cannot create a temporary file beside it: {}", errno_text(errno));
     }
-    std::string error = fill(fd.get(), text);
+    std::string error;
+    // The servers read the file as their own user (pvfs-server@.service):
+    // a replacement made by root keeps the old file's owner, or it would
+    // lock them out of it.
+    struct stat old {};
+    if (::stat(target.c_str(), &old) == 0 &&
+        (old.st_uid != ::geteuid() || old.st_gid != ::getegid()) &&
+        ::fchown(fd.get(), old.st_uid, old.st_gid) != 0) {
+        error = fmt::format("cannot give the new file the old one's owner {}:{}: {}", old.st_uid,
+                            old.st_gid, errno_text(errno));
+    }
+    if (error.empty()) {
+        error = fill(fd.get(), text);
+    }
     if (error.empty()) {
         error = close_checked(fd);
     }

@@ -6,6 +6,7 @@
 // others go on; each key's squash policy holds; a bad edit leaves the old
 // table in force; the cluster key is no client's once client_keys is set.
 #include <atf-c++.hpp>
+#include <sys/stat.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -295,6 +296,17 @@ ATF_TEST_CASE_BODY(bad_edit_keeps_table)
     require(cl.log().find(cl.clients + ":2:") != std::string::npos,
             "the refusal does not name the line: " + cl.log());
     require(probe(cl, cl.key_path("alpha")) == 0, "alpha after a bad edit");
+    // Put right again (a failed re-read is retried every 10 s; the part
+    // below needs none pending).
+    {
+        std::ofstream out(cl.clients, std::ios::trunc);
+        out << good;
+    }
+    wait_for(
+        [&] {
+            return cl.log().find("client keys reloaded (the file changed)") != std::string::npos;
+        },
+        "the good file reloaded");
     // SIGHUP re-reads too: a table put in place by link(2), which the
     // watch does not report, takes effect only with the signal.
     std::string out;
@@ -314,6 +326,19 @@ ATF_TEST_CASE_BODY(bad_edit_keeps_table)
     require(probe(cl, cl.key_path("alpha")) == 0, "alpha after SIGHUP");
     require(cl.log().find("client keys reloaded (SIGHUP)") != std::string::npos,
             "no SIGHUP reload logged: " + cl.log());
+    // A revocation the servers cannot read (mode 0644: refused), then the
+    // mode put right: a chmod alone re-reads, and alpha is refused.
+    std::filesystem::remove(cl.clients);
+    {
+        std::ofstream revoking(cl.clients, std::ios::trunc);
+        revoking << good.substr(0, good.size() - 1) << " revoked\n";
+    }
+    ::chmod(cl.clients.c_str(), 0644);
+    std::this_thread::sleep_for(500ms);
+    require(probe(cl, cl.key_path("alpha")) == 0, "alpha revoked by a file the servers refuse");
+    require(::chmod(cl.clients.c_str(), 0600) == 0, "chmod 600");
+    wait_for([&] { return probe(cl, cl.key_path("alpha"), 1000) == EACCES; },
+             "alpha refused once the revoking file's mode was put right");
 }
 
 ATF_INIT_TEST_CASES(tcs)

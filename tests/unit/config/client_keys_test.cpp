@@ -146,6 +146,12 @@ ATF_TEST_CASE_BODY(every_refusal)
     expect_refused(good + std::string(1025, ' ') + "\n", 2, "longer than 1024 bytes");
     // A comment hides what follows it: the key is then missing.
     expect_refused(good + "b #" + hex_b + "\n", 2, "without a key");
+    // A key where the name goes never reaches the message (checked by
+    // expect_refused), and one key for two clients is refused.
+    expect_refused(good + hex_b + " b\n", 2, "starts with 64 hex digits, a key");
+    expect_refused(good + hex_b + "\n", 2, "starts with 64 hex digits, a key");
+    expect_refused(good + "b " + hex_a + " no_root_squash\n", 2,
+                   "client 'b' has the key of the client on line 1");
 }
 
 ATF_TEST_CASE_WITHOUT_HEAD(duplicate_key_ids);
@@ -183,7 +189,7 @@ ATF_TEST_CASE_BODY(bounds)
         if (!ids.emplace(proto::key_id(name), true).second)
             continue;
         if (ids.size() <= config::max_client_keys)
-            text += fmt::format("{} {}\n", name, hex_a);
+            text += fmt::format("{} {:064x}\n", name, i + 1); // each its own key
         else
             extra = std::move(name);
     }
@@ -284,6 +290,16 @@ ATF_TEST_CASE_BODY(replace_is_atomic_and_private)
     for ([[maybe_unused]] const auto &e : std::filesystem::directory_iterator(dir))
         ++entries;
     ATF_REQUIRE_EQ(entries, 1U); // no temporary file left behind
+    // Root's replacement of a file the servers' user owns keeps that owner
+    // (their unit reads it as that user).
+    if (::geteuid() == 0) {
+        ATF_REQUIRE(::chown(path.c_str(), 65534, 65534) == 0);
+        ATF_REQUIRE(config::replace_private_file(path, "three\n").ok());
+        ATF_REQUIRE(::stat(path.c_str(), &sb) == 0);
+        ATF_REQUIRE_EQ(sb.st_uid, 65534U);
+        ATF_REQUIRE_EQ(sb.st_gid, 65534U);
+        ATF_REQUIRE_EQ(sb.st_mode & 07777, 0600U);
+    }
 }
 
 ATF_INIT_TEST_CASES(tcs)
