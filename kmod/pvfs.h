@@ -49,6 +49,11 @@ struct pvfs_mount_opts {
 	bool softerr;
 	unsigned int retrans;
 	bool devices; /* device nodes may be opened (else SB_I_NODEV) */
+	/*
+	 * key=: the client key file pvfsd connects the mount with (NULL: the
+	 * daemon's own), kmalloc'd; owned by whichever copy holds it.
+	 */
+	char *key;
 };
 
 /* One mounted pvfs: the superblock's s_fs_info. */

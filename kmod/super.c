@@ -63,17 +63,27 @@ enum pvfs_param {
 	Opt_retrans,
 	Opt_devices,
 	Opt_nodevices,
+	Opt_key,
 };
 
 static const struct fs_parameter_spec pvfs_fs_parameters[] = {
-	fsparam_u32("acregmin", Opt_acregmin),	  fsparam_u32("acregmax", Opt_acregmax),
-	fsparam_u32("acdirmin", Opt_acdirmin),	  fsparam_u32("acdirmax", Opt_acdirmax),
-	fsparam_flag("noac", Opt_noac),		  fsparam_flag("intr", Opt_intr),
-	fsparam_flag("nointr", Opt_nointr),	  fsparam_flag("sync", Opt_sync),
-	fsparam_u32("timeo", Opt_timeo),	  fsparam_flag("hard", Opt_hard),
-	fsparam_flag("soft", Opt_soft),		  fsparam_flag("softerr", Opt_softerr),
-	fsparam_u32("retrans", Opt_retrans),	  fsparam_flag("devices", Opt_devices),
-	fsparam_flag("nodevices", Opt_nodevices), {}};
+	fsparam_u32("acregmin", Opt_acregmin),
+	fsparam_u32("acregmax", Opt_acregmax),
+	fsparam_u32("acdirmin", Opt_acdirmin),
+	fsparam_u32("acdirmax", Opt_acdirmax),
+	fsparam_flag("noac", Opt_noac),
+	fsparam_flag("intr", Opt_intr),
+	fsparam_flag("nointr", Opt_nointr),
+	fsparam_flag("sync", Opt_sync),
+	fsparam_u32("timeo", Opt_timeo),
+	fsparam_flag("hard", Opt_hard),
+	fsparam_flag("soft", Opt_soft),
+	fsparam_flag("softerr", Opt_softerr),
+	fsparam_u32("retrans", Opt_retrans),
+	fsparam_flag("devices", Opt_devices),
+	fsparam_flag("nodevices", Opt_nodevices),
+	fsparam_string("key", Opt_key),
+	{}};
 
 /* Longest a cache timeout or the grace time may be: a day. */
 #define PVFS_MAX_SECONDS 86400u
@@ -95,6 +105,29 @@ static void pvfs_default_opts(struct pvfs_mount_opts *opts)
 	opts->softerr = false;
 	opts->retrans = 2;
 	opts->devices = false;
+	opts->key = NULL;
+}
+
+/*
+ * key=PATH goes to pvfsd in ATTACH's comma-separated options text, so it
+ * holds no comma; absolute, as pvfsd's working directory is none of the
+ * mounter's business.
+ */
+static int pvfs_parse_key(struct fs_context *fc, struct pvfs_mount_opts *opts,
+			  struct fs_parameter *param)
+{
+	const char *path = param->string;
+
+	if (path[0] != '/')
+		return invalfc(fc, "key=%s: the key file must be an absolute path", path);
+	if (strlen(path) > PVFSD_MAX_SOURCE)
+		return invalfc(fc, "key=: the path is longer than %u bytes", PVFSD_MAX_SOURCE);
+	if (strchr(path, ','))
+		return invalfc(fc, "key=%s: the path may not contain a comma", path);
+	kfree(opts->key);
+	opts->key = param->string;
+	param->string = NULL;
+	return 0;
 }
 
 static int pvfs_parse_param(struct fs_context *fc, struct fs_parameter *param)
@@ -171,6 +204,8 @@ static int pvfs_parse_param(struct fs_context *fc, struct fs_parameter *param)
 	case Opt_nodevices:
 		opts->devices = false;
 		break;
+	case Opt_key:
+		return pvfs_parse_key(fc, opts, param);
 	}
 	return 0;
 }
@@ -207,6 +242,8 @@ static int pvfs_show_options(struct seq_file *m, struct dentry *root)
 	seq_printf(m, ",timeo=%u,retrans=%u", opts->timeo, opts->retrans);
 	if (opts->devices)
 		seq_puts(m, ",devices");
+	if (opts->key)
+		seq_show_option(m, "key", opts->key);
 	return 0;
 }
 
@@ -216,11 +253,12 @@ static int pvfs_show_options(struct seq_file *m, struct dentry *root)
  */
 static char *pvfs_daemon_options(const struct pvfs_mount_opts *opts)
 {
-	return kasprintf(GFP_KERNEL, "%s,timeo=%u,retrans=%u",
+	return kasprintf(GFP_KERNEL, "%s,timeo=%u,retrans=%u%s%s",
 			 opts->softerr ? "soft,softerr"
 			 : opts->soft  ? "soft"
 				       : "hard",
-			 opts->timeo, opts->retrans);
+			 opts->timeo, opts->retrans, opts->key ? ",key=" : "",
+			 opts->key ? opts->key : "");
 }
 
 /* ---- the superblock ---- */
@@ -294,7 +332,11 @@ static int pvfs_attach(struct fs_context *fc, struct pvfs_sb_info *sbi, struct p
 	memcpy(tail + source_len, sbi->daemon_options, options_len);
 
 	err = pvfs_op_run(op);
-	if (err) {
+	if (err && sbi->opts.key) {
+		errorfc(fc,
+			"pvfsd could not attach %s with key %s: error %d (pvfsd's log says why)",
+			sbi->source, sbi->opts.key, err);
+	} else if (err) {
 		errorfc(fc, "pvfsd could not attach %s: error %d", sbi->source, err);
 	} else {
 		resp = pvfs_op_resp(op);
@@ -309,7 +351,7 @@ static int pvfs_attach(struct fs_context *fc, struct pvfs_sb_info *sbi, struct p
 
 static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 {
-	const struct pvfs_mount_opts *opts = fc->fs_private;
+	struct pvfs_mount_opts *opts = fc->fs_private;
 	struct pvfs_sb_info *sbi;
 	struct pvfsd_attr root_attr;
 	struct inode *root;
@@ -322,6 +364,7 @@ static int pvfs_fill_super(struct super_block *sb, struct fs_context *fc)
 	sbi->sb = sb;
 	pvfs_open_init(sbi);
 	sbi->opts = *opts;
+	opts->key = NULL; /* the superblock's now */
 	if (fc->sb_flags & SB_SYNCHRONOUS)
 		sbi->opts.sync = true;
 	sbi->source = kstrdup(fc->source, GFP_KERNEL);
@@ -425,6 +468,12 @@ static int pvfs_reconfigure(struct fs_context *fc)
 	err = pvfs_check_opts(fc, opts);
 	if (err)
 		return err;
+	/*
+	 * The key is the mount's identity towards the servers: the same one
+	 * again (mount(8) passes fstab's options on remount) is fine.
+	 */
+	if (opts->key && (!sbi->opts.key || strcmp(opts->key, sbi->opts.key)))
+		return invalfc(fc, "key cannot change on remount");
 	/* pvfsd got these in ATTACH: they stay what the mount began with */
 	if (opts->soft != sbi->opts.soft || opts->softerr != sbi->opts.softerr ||
 	    opts->retrans != sbi->opts.retrans || opts->timeo != sbi->opts.timeo ||
@@ -434,13 +483,20 @@ static int pvfs_reconfigure(struct fs_context *fc)
 			"hard, soft, softerr, timeo, retrans and devices cannot change on remount");
 	/* the cache timeouts and intr may change; sync follows flags */
 	opts->sync = !!(fc->sb_flags & SB_SYNCHRONOUS);
+	kfree(opts->key);
+	opts->key = sbi->opts.key;
 	sbi->opts = *opts;
+	opts->key = NULL; /* still the superblock's */
 	return 0;
 }
 
 static void pvfs_free_fc(struct fs_context *fc)
 {
-	kfree(fc->fs_private);
+	struct pvfs_mount_opts *opts = fc->fs_private;
+
+	if (opts)
+		kfree(opts->key);
+	kfree(opts);
 }
 
 static const struct fs_context_operations pvfs_context_ops = {
@@ -461,6 +517,8 @@ static int pvfs_init_fs_context(struct fs_context *fc)
 		const struct pvfs_sb_info *sbi = fc->root->d_sb->s_fs_info;
 
 		*opts = sbi->opts;
+		/* set only when the remount names one; the sbi keeps its own */
+		opts->key = NULL;
 	} else {
 		pvfs_default_opts(opts);
 	}
@@ -486,6 +544,7 @@ static void pvfs_kill_sb(struct super_block *sb)
 	cancel_work_sync(&sbi->reclaim_work);
 	kfree(sbi->source);
 	kfree(sbi->daemon_options);
+	kfree(sbi->opts.key);
 	kfree(sbi);
 }
 

@@ -396,14 +396,26 @@ Task<int> Handler::co_attach(Op &op, Downcall &out)
     std::chrono::milliseconds backoff = first_backoff;
     for (unsigned tries = 1;; ++tries) {
         std::string error;
-        std::unique_ptr<client::Client> c = co_await client::Client::co_connect(o, error);
-        if (!c) {
-            rc = -ECONNREFUSED;
-        } else if (rc = co_await c->co_getattr(pvfs::root_handle, root); rc != 0) {
+        std::unique_ptr<client::Client> c;
+        // A key file of the mount's own that is missing or unsafe fails
+        // the mount with its own errno (connecting says only that it
+        // failed); a replayed ATTACH tries again, for the admin to fix it.
+        rc = policy.key_file.empty() ? 0 : check_key_file(policy.key_file, error);
+        if (rc == 0) {
+            c = co_await client::Client::co_connect(o, error);
+            if (!c) {
+                rc = -ECONNREFUSED;
+                if (!policy.key_file.empty())
+                    error += " (key=" + policy.key_file + ")";
+            }
+        }
+        if (rc == 0) {
+            rc = co_await c->co_getattr(pvfs::root_handle, root);
+            if (rc == 0) {
+                attached = std::move(c);
+                break;
+            }
             error = "the root of " + target + ": " + client::error_text(rc);
-        } else {
-            attached = std::move(c);
-            break;
         }
         if (op.cancelled) {
             gossip::info(gossip::Mask::pvfsd, "mount {}: attaching stopped after {} tries: {}", id,

@@ -1,6 +1,10 @@
 #include "mount_options.hpp"
 
 #include <pvfs/gossip.hpp>
+#include <pvfs/proto.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -75,6 +79,8 @@ MountPolicy apply_mount_options(const pvfsd_attach_req &req, std::string_view so
             timeo = n;
         } else if (key == "retrans" && parse_uint(value, n)) {
             retrans = n;
+        } else if (key == "key" && !value.empty()) {
+            p.key_file = value;
         } else {
             gossip::warning(gossip::Mask::pvfsd, "mount {}: option '{}' ignored",
                             req.common.mount_id, opt);
@@ -86,9 +92,30 @@ MountPolicy apply_mount_options(const pvfsd_attach_req &req, std::string_view so
     o.session_owner = session_owner(source, req.common.mount_id);
     o.retry_timeout = std::chrono::seconds(timeo);
     o.hard = !p.soft;
+    if (!p.key_file.empty())
+        o.key_file = p.key_file;
     if (p.soft)
         o.request_timeout = std::chrono::seconds(std::uint64_t{timeo} * (retrans + 1U));
     return p;
+}
+
+int check_key_file(const std::string &path, std::string &error)
+{
+    if (!path.starts_with('/')) {
+        error = "key=" + path + ": not an absolute path";
+        return -EINVAL;
+    }
+    if (proto::Key::load(path, error))
+        return 0;
+    // The loader says why in words; the mount needs it as an errno.
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return -EINVAL;
+    if ((st.st_uid != 0 && st.st_uid != ::geteuid()) || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+        return -EACCES;
+    return -EINVAL;
 }
 
 int kernel_status(int status, const MountPolicy &policy)

@@ -7,7 +7,9 @@
 // kernel's own reason when a mount fails ("bad source ...", "no pvfsd
 // attached ...") instead of a bare errno.  New mounts go through the mount
 // API (fsopen, fsconfig, fsmount, move_mount), which carries those
-// messages; a remount through mount(2).
+// messages; a remount through mount(2).  When the kernel refuses a mount
+// for want of a pvfsd, it starts one (systemctl, else the binary itself)
+// and tries again, unless -o nopvfsd_start.
 //
 //   mount.pvfs SOURCE DIR [-fnsvrw] [-o OPTIONS] [-t pvfs]
 //
@@ -15,16 +17,23 @@
 // failed.
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "pvfs/unique_fd.hpp"
@@ -38,6 +47,14 @@ constexpr int exit_usage = 1;
 constexpr int exit_mount = 32;
 // A mount(2) data string is one page; the same bound for all the options.
 constexpr std::size_t max_options = 4096;
+// How long a pvfsd started on demand has to attach to /dev/pvfsd, and how
+// often the mount is tried meanwhile.
+constexpr auto pvfsd_wait = std::chrono::seconds(10);
+constexpr auto pvfsd_poll = std::chrono::milliseconds(100);
+// Where pvfsd started by hand (no systemd) logs, unless syslog listens, and
+// its pid file.
+constexpr const char *pvfsd_log = "/var/log/pvfsd.log";
+constexpr const char *pvfsd_pid_file = "/run/pvfsd.pid";
 
 void usage()
 {
@@ -45,7 +62,9 @@ void usage()
                "  SOURCE   tcp://host:port/fsname or ib://host:port/fsname\n"
                "  -o       comma-separated options: the generic ones of mount(8) and pvfs's\n"
                "           (docs/mount.md); nosuid and nodev unless allow_suid / devices\n"
-               "           (or suid / dev, which mount(8) does not pass on) is given\n"
+               "           (or suid / dev, which mount(8) does not pass on) is given;\n"
+               "           key=FILE: this mount's client key file; nopvfsd_start: fail\n"
+               "           rather than start pvfsd when none runs\n"
                "  -f       check the options and print the mount, but do not mount\n"
                "  -v       print the mount before doing it\n"
                "  -r, -w   read-only, read-write\n",
@@ -66,6 +85,7 @@ struct Request {
     bool nodiratime = false;
     std::uint64_t atime = MOUNT_ATTR_RELATIME; // or NOATIME, STRICTATIME
     std::vector<std::string> fs_options;       // "key" or "key=value"
+    bool start_pvfsd = true;                   // when the kernel finds none
 };
 
 struct Flag {
@@ -157,6 +177,10 @@ std::optional<std::string> add_option(Request &r, std::string_view opt)
         r.nodev = opt == "nodevices";
         return std::nullopt;
     }
+    if (opt == "nopvfsd_start" || opt == "pvfsd_start") {
+        r.start_pvfsd = opt == "pvfsd_start";
+        return std::nullopt;
+    }
     r.fs_options.emplace_back(opt);
     return std::nullopt;
 }
@@ -217,6 +241,7 @@ std::string describe(const Request &r)
     out += r.atime == MOUNT_ATTR_NOATIME       ? ",noatime"
            : r.atime == MOUNT_ATTR_STRICTATIME ? ",strictatime"
                                                : ",relatime";
+    out += r.start_pvfsd ? "" : ",nopvfsd_start";
     const std::string k = kernel_options(r);
     return k.empty() ? out : out + "," + k;
 }
@@ -249,15 +274,27 @@ const char *error_text(int err)
 
 int fail(int fs_fd, const char *what, const char *source, const char *dir, int err)
 {
-    if (fs_fd < 0 || !print_kernel_messages(fs_fd)) {
+    // The errno too unless the kernel's words were about a bad argument:
+    // pvfsd's refusals (a key file's EACCES, ENOENT) read better with it.
+    const bool said = fs_fd >= 0 && print_kernel_messages(fs_fd);
+    if (!said || err != EINVAL)
         std::fprintf(stderr, "mount.pvfs: %s %s on %s: %s\n", what, source, dir, error_text(err));
-    }
     if (err == ENODEV)
         std::fputs("mount.pvfs: is pvfs.ko loaded? (modprobe pvfs)\n", stderr);
     return exit_mount;
 }
 
-int mount_new(const Request &r, const char *source, const char *dir)
+// Empties the kernel's message queue of a mount that is tried again.
+void drop_kernel_messages(int fs_fd)
+{
+    std::array<char, 1024> buf{};
+    for (int i = 0; i < 16 && ::read(fs_fd, buf.data(), buf.size()) > 0; ++i) {
+    }
+}
+
+// One try at a new mount.  With `no_daemon`, a refusal for want of a pvfsd
+// (ENOTCONN) is not printed but said there, for the caller to start one.
+int mount_new(const Request &r, const char *source, const char *dir, bool *no_daemon = nullptr)
 {
     const UniqueFd fs(::fsopen("pvfs", FSOPEN_CLOEXEC));
     if (!fs.valid())
@@ -281,14 +318,178 @@ int mount_new(const Request &r, const char *source, const char *dir)
         if (set(opt) != 0)
             return fail(fs.get(), ("option " + opt + ": mounting").c_str(), source, dir, errno);
     }
-    if (::fsconfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
+    if (::fsconfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+        if (errno == ENOTCONN && no_daemon != nullptr) {
+            drop_kernel_messages(fs.get());
+            *no_daemon = true;
+            return exit_mount;
+        }
         return fail(fs.get(), "mounting", source, dir, errno);
+    }
     const UniqueFd mnt(::fsmount(fs.get(), FSMOUNT_CLOEXEC, mount_attr(r)));
     if (!mnt.valid())
         return fail(fs.get(), "mounting", source, dir, errno);
     if (::move_mount(mnt.get(), "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH) != 0)
         return fail(-1, "attaching", source, dir, errno);
     return exit_ok;
+}
+
+// ---- pvfsd on demand ----
+
+using Clock = std::chrono::steady_clock;
+
+// The pvfsd to start without systemd: $PVFS_PVFSD (a build tree's, for the
+// tests), else where the install put it.
+std::string pvfsd_binary()
+{
+    const char *env = std::getenv("PVFS_PVFSD"); // NOLINT(concurrency-mt-unsafe)
+    return env != nullptr && *env != '\0' ? env : PVFS_PVFSD_PATH;
+}
+
+// Runs `argv` with stdin on /dev/null and waits for it until `deadline`:
+// its exit status, or -1 (and why in `error`) when it could not run, died
+// of a signal or was still running then (it is left to finish).
+int run_until(const std::vector<std::string> &argv, Clock::time_point deadline, std::string &error)
+{
+    std::vector<char *> args;
+    args.reserve(argv.size() + 1);
+    for (const std::string &a : argv) {
+        // execv's type; it does not write them
+        // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast)
+        args.push_back(const_cast<char *>(a.c_str()));
+    }
+    args.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        error = std::string("fork: ") + error_text(errno);
+        return -1;
+    }
+    if (pid == 0) {
+        const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null >= 0)
+            ::dup2(null, 0);
+        ::execv(args[0], args.data());
+        std::fprintf(stderr, "mount.pvfs: cannot run %s: %s\n", args[0], error_text(errno));
+        ::_exit(127);
+    }
+    for (;;) {
+        int status = 0;
+        const pid_t done = ::waitpid(pid, &status, WNOHANG);
+        if (done == pid) {
+            if (WIFEXITED(status))
+                return WEXITSTATUS(status);
+            error = argv[0] + " died of signal " + std::to_string(WTERMSIG(status));
+            return -1;
+        }
+        if (done < 0 && errno != EINTR) {
+            error = std::string("waitpid: ") + error_text(errno);
+            return -1;
+        }
+        if (Clock::now() >= deadline) {
+            error = argv[0] + " did not finish in time";
+            return -1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+}
+
+bool is_socket(const char *path)
+{
+    struct stat st {};
+    return ::stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+// Whether the pid in pvfsd's pid file is alive; true when there is no pid
+// file yet (it may not have written it).
+bool pvfsd_alive()
+{
+    std::ifstream f(pvfsd_pid_file);
+    pid_t pid = 0;
+    if (!(f >> pid) || pid <= 0)
+        return true;
+    return ::kill(pid, 0) == 0 || errno == EPERM;
+}
+
+// Starts pvfsd: through systemd when it is the init system, else by
+// running the daemon.  Says on stderr what it did; false when it failed
+// (and why).  `watch_pid`: whether pvfsd_alive tells anything.
+bool start_pvfsd(Clock::time_point deadline, bool &watch_pid, std::string &where_logs)
+{
+    std::string error;
+    if (::access("/run/systemd/system", F_OK) == 0) {
+        // --no-block: the wait is ours, bounded below; a unit that does
+        // not exist is still refused at once.
+        const char *systemctl =
+            ::access("/usr/bin/systemctl", X_OK) == 0 ? "/usr/bin/systemctl" : "/bin/systemctl";
+        const std::vector<std::string> argv{systemctl, "--no-block", "start", "pvfsd.service"};
+        std::fputs("mount.pvfs: no pvfsd attached to /dev/pvfsd; starting it: systemctl start "
+                   "pvfsd.service\n",
+                   stderr);
+        const int status = run_until(argv, deadline, error);
+        if (status != 0) {
+            std::fprintf(stderr, "mount.pvfs: systemctl start pvfsd.service failed: %s\n",
+                         status < 0 ? error.c_str() : ("exit " + std::to_string(status)).c_str());
+            return false;
+        }
+        watch_pid = false;
+        where_logs = "journalctl -u pvfsd";
+        return true;
+    }
+    std::vector<std::string> argv{pvfsd_binary(), "--pid-file", pvfsd_pid_file};
+    // Syslog when a daemon listens for it; else a file.
+    if (is_socket("/dev/log")) {
+        where_logs = "syslog";
+    } else {
+        argv.insert(argv.end(), {"--log", pvfsd_log});
+        where_logs = pvfsd_log;
+    }
+    std::string line;
+    for (const std::string &a : argv)
+        line += (line.empty() ? "" : " ") + a;
+    std::fprintf(stderr, "mount.pvfs: no pvfsd attached to /dev/pvfsd; starting it: %s\n",
+                 line.c_str());
+    ::unlink(pvfsd_pid_file); // a stale one would name another process
+    // pvfsd forks into the background at once: its first process exits 0.
+    const int status = run_until(argv, deadline, error);
+    if (status != 0) {
+        std::fprintf(stderr, "mount.pvfs: %s failed: %s\n", argv[0].c_str(),
+                     status < 0 ? error.c_str() : ("exit " + std::to_string(status)).c_str());
+        return false;
+    }
+    watch_pid = true;
+    return true;
+}
+
+// A new mount; when no pvfsd runs, starts one and tries again every
+// pvfsd_poll until it attached or pvfsd_wait passed, then once more with
+// the kernel's reason printed.
+int mount_starting_pvfsd(const Request &r, const char *source, const char *dir)
+{
+    bool no_daemon = false;
+    const int rc = mount_new(r, source, dir, r.start_pvfsd ? &no_daemon : nullptr);
+    if (!no_daemon)
+        return rc;
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point deadline = start + pvfsd_wait;
+    bool watch_pid = false;
+    std::string where_logs;
+    if (!start_pvfsd(deadline, watch_pid, where_logs))
+        return mount_new(r, source, dir);
+    while (Clock::now() < deadline) {
+        no_daemon = false;
+        const int again = mount_new(r, source, dir, &no_daemon);
+        if (!no_daemon)
+            return again;
+        if (watch_pid && !pvfsd_alive()) {
+            std::fprintf(stderr, "mount.pvfs: pvfsd exited; its log: %s\n", where_logs.c_str());
+            return mount_new(r, source, dir);
+        }
+        std::this_thread::sleep_for(pvfsd_poll);
+    }
+    std::fprintf(stderr,
+                 "mount.pvfs: pvfsd did not attach to /dev/pvfsd within %lld s; its log: %s\n",
+                 static_cast<long long>(pvfsd_wait.count()), where_logs.c_str());
+    return mount_new(r, source, dir);
 }
 
 int remount(const Request &r, const char *source, const char *dir)
@@ -394,7 +595,7 @@ int run(int argc, char **argv)
         std::fputs("mount.pvfs: only root can mount pvfs\n", stderr);
         return exit_usage;
     }
-    return r.remount ? remount(r, source, dir) : mount_new(r, source, dir);
+    return r.remount ? remount(r, source, dir) : mount_starting_pvfsd(r, source, dir);
 }
 
 } // namespace

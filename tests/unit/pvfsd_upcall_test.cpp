@@ -8,9 +8,13 @@
 #include "mount_options.hpp"
 #include "upcall.hpp"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -212,6 +216,7 @@ ATF_TEST_CASE_BODY(mount_options)
     ATF_REQUIRE(hard.retry_timeout == 30s);
     ATF_REQUIRE(hard.request_timeout == 0ms); // the config's; hard has no limit anyway
     ATF_REQUIRE(hard.session_owner.find(":7:tcp://127.0.0.1:3334/fs") != std::string::npos);
+    ATF_REQUIRE(p.key_file.empty() && hard.key_file.empty()); // the daemon's key
     // a hard mount's op never answers ETIMEDOUT; if one came, EIO
     ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ETIMEDOUT, p), -EIO);
     ATF_REQUIRE_EQ(pvfs::pvfsd::kernel_status(-ENOENT, p), -ENOENT);
@@ -243,14 +248,53 @@ ATF_TEST_CASE_BODY(mount_options)
     ATF_REQUIRE(none.hard && !p.soft);
     ATF_REQUIRE(none.retry_timeout == 30s);
 
+    // key=PATH: the mount's own key file
+    pvfs::client::Options keyed;
+    keyed.key_file = "/etc/pvfs/pvfs.key";
+    p = apply_mount_options(a, source, "hard,timeo=30,retrans=2,key=/etc/pvfs/node17.key", keyed);
+    ATF_REQUIRE_EQ(p.key_file, "/etc/pvfs/node17.key");
+    ATF_REQUIRE_EQ(keyed.key_file, "/etc/pvfs/node17.key");
+    ATF_REQUIRE(keyed.hard && keyed.retry_timeout == 30s);
+
     // The owner fits the servers' limit however long the source.
     const std::string owner = pvfs::pvfsd::session_owner(std::string(1024, 's'), 99);
     ATF_REQUIRE_EQ(owner.size(), 255U);
     ATF_REQUIRE(owner.find(":99:s") != std::string::npos);
 }
 
+// A mount's key file is checked as every key file is, and each refusal
+// has its errno for the mount to fail with.
+ATF_TEST_CASE_WITHOUT_HEAD(mount_key_file);
+ATF_TEST_CASE_BODY(mount_key_file)
+{
+    using pvfs::pvfsd::check_key_file;
+    const std::string dir = std::filesystem::current_path().string();
+    auto write = [&](const std::string &name, const std::string &text, mode_t mode) {
+        std::string path = dir + "/" + name;
+        std::ofstream(path) << text;
+        ATF_REQUIRE_EQ(::chmod(path.c_str(), mode), 0);
+        return path;
+    };
+    const std::string hex(64, 'a');
+    std::string error;
+    ATF_REQUIRE_EQ(check_key_file(write("good.key", "node17 " + hex + "\n", 0600), error), 0);
+    ATF_REQUIRE_EQ(check_key_file(write("cluster.key", hex + "\n", 0600), error), 0);
+
+    ATF_REQUIRE_EQ(check_key_file(dir + "/missing.key", error), -ENOENT);
+    ATF_REQUIRE(error.find("missing.key") != std::string::npos);
+    const std::string open = write("open.key", "node17 " + hex + "\n", 0644);
+    ATF_REQUIRE_EQ(check_key_file(open, error), -EACCES);
+    ATF_REQUIRE(error.find("0644") != std::string::npos);
+    ATF_REQUIRE_EQ(check_key_file(write("short.key", "node17 abc\n", 0600), error), -EINVAL);
+    ATF_REQUIRE(error.find("short.key") != std::string::npos);
+    ATF_REQUIRE_EQ(check_key_file(dir, error), -EINVAL); // a directory
+    ATF_REQUIRE_EQ(check_key_file("good.key", error), -EINVAL);
+    ATF_REQUIRE(error.find("absolute") != std::string::npos);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, mount_key_file);
     ATF_ADD_TEST_CASE(tcs, mount_options);
     ATF_ADD_TEST_CASE(tcs, parse_accepts_a_good_upcall);
     ATF_ADD_TEST_CASE(tcs, parse_refuses_malformed_messages);
