@@ -7,13 +7,17 @@
 #include <charconv>
 #include <cstring>
 #include <ctime>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "key_table.hpp"
 #include "meta_service.hpp"
+#include "pvfs/client_keys.hpp"
 #include "pvfs/gossip.hpp"
 
 namespace pvfs::server {
@@ -96,11 +100,22 @@ void MetaService::load_sessions()
     // Each gets a full ttl from now: how long it was silent before the
     // restart is not known.
     const auto now = Clock::now();
+    std::size_t unclaimed = 0;
     for (meta::SessionRecord &r : records) {
         if (!r.owner.empty())
             owners_[r.owner] = r.client_id;
-        sessions_[r.client_id] = Session{std::move(r.owner), now};
+        unclaimed += r.key ? 0 : 1;
+        {
+            const std::lock_guard lock(open_mutex_);
+            session_keys_[r.client_id] = r.key;
+        }
+        sessions_[r.client_id] = Session{std::move(r.owner), now, r.created_ns, std::move(r.key)};
     }
+    if (unclaimed != 0)
+        gossip::warning(Mask::meta,
+                        "{} client sessions from before sessions were bound to keys: each "
+                        "belongs to the first key that uses it",
+                        unclaimed);
     if (!sessions_.empty())
         gossip::info(Mask::meta, "{} client sessions kept from before the restart",
                      sessions_.size());
@@ -116,6 +131,10 @@ int MetaService::end_session(meta::WriteBatch &batch, std::uint64_t client_id, c
     gossip::debug(Mask::meta, "session of client {:016x} ended: {}", client_id, why);
     // Its holds go with it; the next sweep reclaims what they kept.
     drop_holds(client_id);
+    {
+        const std::lock_guard lock(open_mutex_);
+        session_keys_.erase(client_id);
+    }
     if (!it->second.owner.empty()) {
         const auto o = owners_.find(it->second.owner);
         if (o != owners_.end() && o->second == client_id)
@@ -163,6 +182,16 @@ void MetaService::apply_session(meta::WriteBatch &batch, Job &job)
         // The same owner with a new id: that client restarted, and nothing
         // of its old session will be retried.
         if (const auto o = owners_.find(req.owner); o != owners_.end()) {
+            // Not another key's: an owner string is in the clear, and
+            // ending that session would drop its holds.
+            const auto held = sessions_.find(o->second);
+            const std::string_view key = key_name(job.origin);
+            if (held != sessions_.end() && !claimable(held->second.key, key) &&
+                *held->second.key != key) {
+                log_foreign(job.origin, o->second, *held->second.key);
+                job.error = EACCES;
+                return;
+            }
             if (const int rc = end_session(batch, o->second, "its owner opened a new one");
                 rc != 0) {
                 job.error = -rc;
@@ -184,15 +213,111 @@ void MetaService::apply_session(meta::WriteBatch &batch, Job &job)
             return;
         }
     }
-    meta::SessionRecord record{req.client_id, realtime_now_ns(), req.owner};
+    meta::SessionRecord record{req.client_id, realtime_now_ns(), req.owner,
+                               std::string(key_name(job.origin))};
     if (const int rc = batch.session_put(record); rc != 0) {
         job.error = -rc;
         return;
     }
     if (!req.owner.empty())
         owners_[req.owner] = req.client_id;
-    sessions_[req.client_id] = Session{req.owner, now};
+    {
+        const std::lock_guard lock(open_mutex_);
+        session_keys_[req.client_id] = record.key;
+    }
+    sessions_[req.client_id] = Session{req.owner, now, record.created_ns, std::move(record.key)};
     job.response = proto::SessionResponse{boot_id_, proto::max_slots};
+}
+
+std::string_view MetaService::key_name(const Origin &origin) noexcept
+{
+    return origin.client ? origin.client->name() : config::cluster_key_name;
+}
+
+bool MetaService::claimable(const std::optional<std::string> &owner, std::string_view key) noexcept
+{
+    return !owner || (*owner == config::cluster_key_name && key != config::cluster_key_name);
+}
+
+bool MetaService::foreign_locked(std::uint64_t client_id, std::string_view key,
+                                 std::string &owner) const
+{
+    const auto it = session_keys_.find(client_id);
+    if (it == session_keys_.end() || claimable(it->second, key) || *it->second == key)
+        return false;
+    owner = *it->second;
+    return true;
+}
+
+void MetaService::log_foreign(const Origin &origin, std::uint64_t client_id, std::string_view owner)
+{
+    constexpr std::size_t max_tracked_keys = 4096;
+    const std::string_view key = key_name(origin);
+    std::uint64_t unlogged = 0;
+    {
+        const std::lock_guard lock(refusal_mutex_);
+        if (refusals_.size() >= max_tracked_keys && !refusals_.contains(std::string(key)))
+            refusals_.clear();
+        Refusals &r = refusals_[std::string(key)];
+        const auto now = Clock::now();
+        if (r.logged != Clock::time_point{} && now - r.logged < std::chrono::minutes(1)) {
+            ++r.unlogged;
+            return;
+        }
+        r.logged = now;
+        unlogged = std::exchange(r.unlogged, 0);
+    }
+    gossip::warning(Mask::meta,
+                    "refused {} request {} under key {}: client {:016x} is a session of key {}{}",
+                    proto::op_name(origin.op), origin.request_id, key, client_id, owner,
+                    unlogged == 0 ? std::string()
+                                  : " (" + std::to_string(unlogged) +
+                                        " more such refusals of this key not logged)");
+}
+
+bool MetaService::bind_session(meta::WriteBatch &batch, const Job &job, std::uint64_t client_id)
+{
+    const auto it = sessions_.find(client_id);
+    if (it == sessions_.end())
+        return true;
+    const std::string_view key = key_name(job.origin);
+    if (it->second.key && *it->second.key == key)
+        return true;
+    if (!claimable(it->second.key, key)) {
+        log_foreign(job.origin, client_id, *it->second.key);
+        return false;
+    }
+    // Kept from a store that did not record keys, or the cluster key's from
+    // before client_keys was set: it becomes the first user's, in the store
+    // too.  Had the store refused, it stays claimable.
+    const meta::SessionRecord record{client_id, it->second.created_ns, it->second.owner,
+                                     std::string(key)};
+    if (const int rc = batch.session_put(record); rc != 0) {
+        gossip::error(Mask::meta, "cannot record the key of client {:016x}'s session: {}",
+                      client_id, errno_text(-rc));
+        return true;
+    }
+    gossip::warning(Mask::meta, "session of client {:016x} (of {}) now belongs to key {}",
+                    client_id, it->second.key ? "the cluster key" : "no key yet", key);
+    it->second.key = record.key;
+    {
+        const std::lock_guard lock(open_mutex_);
+        session_keys_[client_id] = record.key;
+    }
+    return true;
+}
+
+bool MetaService::bound_to_key(meta::WriteBatch &batch, const Job &job)
+{
+    if (job.once.present() && !bind_session(batch, job, job.once.client_id))
+        return false;
+    if (const auto *s = std::get_if<proto::SessionRequest>(&job.body))
+        return bind_session(batch, job, s->client_id);
+    if (const auto *c = std::get_if<proto::CloseRequest>(&job.body))
+        return bind_session(batch, job, c->client_id);
+    if (const auto *c = std::get_if<proto::CreateRequest>(&job.body); c != nullptr && c->open)
+        return bind_session(batch, job, c->open->client_id);
+    return true;
 }
 
 void MetaService::apply_once(meta::WriteBatch &batch, Job &job)

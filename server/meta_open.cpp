@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <ctime>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,10 +34,12 @@ std::uint64_t realtime_ns()
 
 } // namespace
 
-void MetaService::touch(std::uint64_t client_id)
+void MetaService::touch(std::uint64_t client_id, std::string_view key)
 {
     const std::lock_guard lock(open_mutex_);
-    seen_[client_id] = Clock::now();
+    std::string owner;
+    if (!foreign_locked(client_id, key, owner))
+        seen_[client_id] = Clock::now();
 }
 
 bool MetaService::held_or_dying(Handle handle)
@@ -123,9 +127,23 @@ void MetaService::serve_open(const Origin &origin, const Credentials &cred,
     }
     const bool was_orphan = out.attr.nlink == 0;
     bool added = false;
+    std::string owner;
     {
         const std::lock_guard lock(open_mutex_);
-        seen_[req.client_id] = now;
+        // A hold in another key's session would be dropped by that
+        // session's close, and would keep it alive.
+        if (foreign_locked(req.client_id, key_name(origin), owner)) {
+            loop_.respond_error(origin, EACCES);
+        } else {
+            seen_[req.client_id] = now;
+        }
+    }
+    if (!owner.empty()) {
+        log_foreign(origin, req.client_id, owner);
+        return;
+    }
+    {
+        const std::lock_guard lock(open_mutex_);
         if (dying_.contains(req.handle)) {
             loop_.respond_error(origin, ENOENT);
             return;
@@ -290,8 +308,13 @@ bool MetaService::close_at_once(Job &job)
         return false;
     // Which of the named files this close would leave unheld; nullopt when
     // the committer must take it.
+    const std::string_view key = key_name(job.origin);
     const auto unheld = [&]() -> std::optional<std::vector<Handle>> {
-        if (!unowned_.empty())
+        // Another key's session is refused, an unclaimed one claimed, by
+        // the committer (bound_to_key).
+        const auto bound = session_keys_.find(req.client_id);
+        if (!unowned_.empty() || (bound != session_keys_.end() &&
+                                  (claimable(bound->second, key) || *bound->second != key)))
             return std::nullopt;
         std::vector<Handle> out;
         for (const proto::OpenRef &ref : req.refs) {

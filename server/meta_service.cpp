@@ -517,9 +517,10 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, const pr
     default:
         break;
     }
-    // Any change with the client's ids renews its lease.
+    // Any change with the client's ids renews its lease (not another
+    // key's: the committer refuses that change).
     if (once.present())
-        touch(once.client_id);
+        touch(once.client_id, key_name(origin));
     Job job{origin, cred, once, std::move(body), 0, {}, false, std::nullopt};
     if (origin.op == proto::Op::close && close_at_once(job)) {
         answer(job);
@@ -607,7 +608,11 @@ void MetaService::committer()
             }
             sweep_holds(batch, now);
             for (Job &job : jobs) {
-                if (std::holds_alternative<proto::SessionRequest>(job.body))
+                // A client id is in the clear: one of another key's
+                // session is refused before anything of the job is done.
+                if (!bound_to_key(batch, job))
+                    job.error = EACCES;
+                else if (std::holds_alternative<proto::SessionRequest>(job.body))
                     apply_session(batch, job);
                 else if (std::holds_alternative<proto::CloseRequest>(job.body))
                     apply_close(batch, job);

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -117,6 +118,17 @@ private:
     struct Session {
         std::string owner;
         std::chrono::steady_clock::time_point last_change;
+        std::uint64_t created_ns = 0;
+        // The name of the key that opened it (Client::name()); none for a
+        // session kept from a store written before sessions were bound to
+        // keys: the first key to use it claims it (docs/security.md).
+        std::optional<std::string> key;
+    };
+    // Refusals of another key's session logged: per requesting key, when
+    // one was last logged and how many went unlogged since.
+    struct Refusals {
+        std::chrono::steady_clock::time_point logged{};
+        std::uint64_t unlogged = 0;
     };
 
     void respond_read(const Origin &origin, const Credentials &cred, proto::RequestBody &body);
@@ -142,7 +154,31 @@ private:
     // Whether session client_id holds handle open for writing (a
     // setattr's by_open claim, meta_service.cpp).
     [[nodiscard]] bool holds_write_open(std::uint64_t client_id, Handle handle);
-    void touch(std::uint64_t client_id);
+    // Renews client_id's lease, unless its session is another key's.
+    void touch(std::uint64_t client_id, std::string_view key);
+    // The name of the key a request came under (Client::name()).
+    [[nodiscard]] static std::string_view key_name(const Origin &origin) noexcept;
+    // Whether a session whose key is `owner` (none: unclaimed) is one a
+    // request under `key` may claim: an unclaimed one, and the cluster
+    // key's once a client key asks (client_keys is set, so no client can
+    // use the cluster key any more: it was opened before).
+    [[nodiscard]] static bool claimable(const std::optional<std::string> &owner,
+                                        std::string_view key) noexcept;
+    // With open_mutex_ held: whether client_id is a session of a key other
+    // than `key` (an unclaimed one is nobody's yet); if so, `owner` is
+    // that key's name.
+    [[nodiscard]] bool foreign_locked(std::uint64_t client_id, std::string_view key,
+                                      std::string &owner) const;
+    // In the committer, before a job is applied: whether every client id
+    // it names (its once ids, a session's, a close's, a create's open) is
+    // a session of its own key or of none.  An unclaimed session is
+    // claimed for the job's key.  False: refused (logged), EACCES.
+    [[nodiscard]] bool bound_to_key(meta::WriteBatch &batch, const Job &job);
+    [[nodiscard]] bool bind_session(meta::WriteBatch &batch, const Job &job,
+                                    std::uint64_t client_id);
+    // Logs a request refused for naming another key's session, at most
+    // once a minute per requesting key (then with the count since).
+    void log_foreign(const Origin &origin, std::uint64_t client_id, std::string_view owner);
     void drop_holds(std::uint64_t client_id);
     void sweep_holds(meta::WriteBatch &batch, Clock::time_point now);
     [[nodiscard]] bool in_grace(Clock::time_point now) const noexcept { return now < grace_end_; }
@@ -171,6 +207,10 @@ private:
     std::mutex open_mutex_;
     std::unordered_map<Handle, std::vector<Holder>> holds_;
     std::unordered_map<std::uint64_t, Clock::time_point> seen_; // client -> last request
+    // client id -> the key of its session (none: unclaimed), for the loop:
+    // the committer owns sessions_ and updates this as sessions come, go
+    // and are claimed.
+    std::unordered_map<std::uint64_t, std::optional<std::string>> session_keys_;
     std::unordered_set<Handle> dying_;
     // Handles a last unlink found held in the batch being committed (they
     // become orphans if it commits), and a count of the commits that
@@ -184,6 +224,9 @@ private:
     Clock::time_point grace_end_{}; // none when the store had no sessions
     meta::OpenCheck open_check_;    // held_or_dying, for the batch
     meta::OpenCheck no_check_;      // for clients that do not know `orphaned`
+
+    std::mutex refusal_mutex_; // the loop and the committer both refuse
+    std::unordered_map<std::string, Refusals> refusals_;
 
     // The loop's own: changes answered per op, for faults.
     std::unordered_map<proto::Op, std::uint64_t> answered_;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -312,8 +313,11 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
                   request_.seq,   request_.op(), request_.knows_orphaned, std::move(client)};
     if (!key_allowed(origin) || !addressed_here(origin))
         return;
+    // Each key has its own sessions (a session id is in the clear).
+    const std::optional<std::uint32_t> key_id = origin.client->key.id();
     const ReplayVerdict verdict =
-        replay_.accept(request_.session, request_.seq, request_.time_ns, realtime_ns());
+        replay_.accept(key_id ? ReplayGuard::client_key(*key_id) : ReplayGuard::cluster_key,
+                       request_.session, request_.seq, request_.time_ns, realtime_ns());
     if (verdict != ReplayVerdict::accepted) {
         gossip::warning(Mask::server, "rejected {} request {} from {} (key {}): {}",
                         proto::op_name(origin.op), origin.request_id,

@@ -82,8 +82,8 @@ void ReplayGuard::forget_idle(std::int64_t now_ns)
     });
 }
 
-ReplayVerdict ReplayGuard::accept(std::uint64_t session, std::uint64_t seq, std::int64_t time_ns,
-                                  std::int64_t now_ns)
+ReplayVerdict ReplayGuard::accept(std::uint64_t key, std::uint64_t session, std::uint64_t seq,
+                                  std::int64_t time_ns, std::int64_t now_ns)
 {
     const std::scoped_lock lock(mutex_);
     if (farther_than(now_ns, time_ns, window_ns_)) {
@@ -93,7 +93,8 @@ ReplayVerdict ReplayGuard::accept(std::uint64_t session, std::uint64_t seq, std:
     if (farther_than(now_ns, last_sweep_ns_, window_ns_)) {
         forget_idle(now_ns);
     }
-    auto found = sessions_.find(session);
+    const Id id{key, session};
+    auto found = sessions_.find(id);
     if (found == sessions_.end()) {
         if (sessions_.size() >= max_sessions_) {
             forget_idle(now_ns);
@@ -105,7 +106,7 @@ ReplayVerdict ReplayGuard::accept(std::uint64_t session, std::uint64_t seq, std:
         fresh.highest = seq;
         fresh.seen.set(0);
         fresh.last_used_ns = now_ns;
-        sessions_.emplace(session, fresh);
+        sessions_.emplace(id, fresh);
         return ReplayVerdict::accepted;
     }
     Session &s = found->second;

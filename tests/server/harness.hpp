@@ -179,6 +179,14 @@ public:
                                                    int timeout_ms);
 
     [[nodiscard]] const proto::Key &key() const noexcept { return key_; }
+    // The replay guard's session of this client's requests, and a way to
+    // send under another one (`next_seq` is the next request's seq).
+    [[nodiscard]] std::uint64_t session() const noexcept { return session_; }
+    void use_session(std::uint64_t session, std::uint64_t next_seq)
+    {
+        session_ = session;
+        seq_ = next_seq - 1;
+    }
     Credentials cred;                     // sent with every request
     proto::OnceIds once;                  // likewise (none by default)
     std::optional<proto::Destination> to; // likewise

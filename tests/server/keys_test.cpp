@@ -4,13 +4,15 @@
 // own (inotify) or on SIGHUP.  Each key works; a request naming another
 // key's id is dropped; a revoked key is refused within seconds while the
 // others go on; each key's squash policy holds; a bad edit leaves the old
-// table in force; the cluster key is no client's once client_keys is set.
+// table in force; the cluster key is no client's once client_keys is set;
+// a key's exactly-once session, holds and replay-guard session are its own.
 #include <atf-c++.hpp>
 #include <sys/stat.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -19,6 +21,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -77,9 +81,13 @@ struct KeyedCluster : test::Cluster {
     std::string dir;
 
     // `keys`: pvfs-key add arguments after the name, per client.
-    explicit KeyedCluster(const std::vector<std::vector<std::string>> &keys)
+    // `before_keys` runs while the servers still serve the cluster key only.
+    explicit KeyedCluster(const std::vector<std::vector<std::string>> &keys,
+                          const std::function<void(test::Cluster &)> &before_keys = {})
         : test::Cluster(test::servers(1, 1), "request_timeout = \"10s\"\n", test::fresh_attrs())
     {
+        if (before_keys)
+            before_keys(*this);
         dir = files.dir.string();
         clients = dir + "/clients";
         for (const auto &k : keys) {
@@ -123,6 +131,15 @@ struct KeyedCluster : test::Cluster {
         return {files.cluster.servers.at(0).addresses.at(0), key_file};
     }
 
+    // A raw client of the metadata server under `name`'s key, bound to it.
+    [[nodiscard]] std::unique_ptr<test::RawClient> meta(const std::string &name) const
+    {
+        auto r = std::make_unique<test::RawClient>(files.cluster.servers.at(0).addresses.at(0),
+                                                   key_path(name));
+        r->to = proto::Destination{files.cluster.fs_id, 0};
+        return r;
+    }
+
     [[nodiscard]] std::string log() const { return servers.at("meta0")->log_text(); }
 };
 
@@ -133,6 +150,27 @@ int probe(const KeyedCluster &cl, const std::string &key_file, int timeout_ms = 
     test::RawClient r = cl.raw(key_file);
     const test::Call c = r.call(proto::GetConfigRequest{}, timeout_ms);
     return c.answered ? c.response.status : -1;
+}
+
+// list_orphans (root only) in the state of h's record: 0 none, 1 held, 2
+// reclaim.
+unsigned orphan_state(client::Client &c, Handle h)
+{
+    std::vector<client::Client::Orphan> list;
+    bool eof = false;
+    require_rc(c.list_orphans(0, 0, 4096, list, eof), 0, "list_orphans");
+    for (const auto &o : list) {
+        if (o.handle == h)
+            return o.state;
+    }
+    return 0;
+}
+
+// lookup of `name` in / : 0 or -errno.
+int lookup_rc(client::Client &c, const std::string &name)
+{
+    Attr a;
+    return c.lookup(root_handle, name, a);
 }
 
 // Waits (at most 10 s) until `done`; how long it took.
@@ -341,6 +379,171 @@ ATF_TEST_CASE_BODY(bad_edit_keeps_table)
              "alpha refused once the revoking file's mode was put right");
 }
 
+// The status of a raw call; -1 when it went unanswered.
+int status(test::RawClient &r, proto::RequestBody body)
+{
+    const test::Call c = r.call(std::move(body), 5000);
+    return c.answered ? c.response.status : -1;
+}
+
+// Client ids and owner strings travel in the clear: beta, who read
+// alpha's off the wire, can neither end, take over, renew nor use
+// alpha's exactly-once session, nor drop or add holds in it; alpha goes
+// on as if beta were not there (docs/security.md "Client keys").
+ATF_TEST_CASE_WITHOUT_HEAD(sessions_bound_to_keys);
+ATF_TEST_CASE_BODY(sessions_bound_to_keys)
+{
+    KeyedCluster cl({{"alpha", "--no-root-squash"}, {"beta", "--no-root-squash"}});
+    auto files = cl.as("alpha", 0, 0);
+    Attr attr;
+    require_rc(files->create(root_handle, "kept", 0644, true, {}, attr), 0, "create kept");
+    const Handle kept = attr.handle;
+    const auto data = test::pattern(5000, 3);
+    require_rc(files->write(kept, 0, data), static_cast<std::int64_t>(data.size()), "write kept");
+
+    constexpr std::uint64_t alpha_id = 0xa1fa'0000'0000'0001;
+    constexpr std::uint64_t beta_id = 0xbe7a'0000'0000'0002;
+    const std::string owner = "node-a:/mnt/pvfs";
+    const auto alpha = cl.meta("alpha");
+    const auto beta = cl.meta("beta");
+    test::RawClient &a = *alpha;
+    test::RawClient &b = *beta;
+    require(status(a, proto::SessionRequest{alpha_id, proto::session_open, owner}) == 0,
+            "alpha's session open");
+    a.once = proto::OnceIds{alpha_id, 0, 0, 1};
+    require(status(a, proto::MkdirRequest{root_handle, "a1", 0755}) == 0, "alpha's mkdir a1");
+    a.once = {};
+    require(status(a, proto::OpenRequest{kept, alpha_id, proto::open_read, 1, false}) == 0,
+            "alpha opens kept");
+    require_rc(files->unlink(root_handle, "kept"), 0, "unlink kept");
+    require(orphan_state(*files, kept) == 1, "kept is no held orphan");
+
+    require(status(b, proto::SessionRequest{alpha_id, proto::session_end, ""}) == EACCES,
+            "beta ends alpha's session");
+    require(status(b, proto::SessionRequest{alpha_id, proto::session_open, "beta"}) == EACCES,
+            "beta renews alpha's session");
+    require(status(b, proto::SessionRequest{beta_id, proto::session_open, owner}) == EACCES,
+            "beta opens a session with alpha's owner string");
+    require(status(b, proto::CloseRequest{alpha_id, {proto::OpenRef{kept, 1}}}) == EACCES,
+            "beta closes alpha's hold");
+    require(status(b, proto::OpenRequest{root_handle, alpha_id, proto::open_read, 9, false}) ==
+                EACCES,
+            "beta opens in alpha's session");
+    b.once = proto::OnceIds{alpha_id, 0, 0, 1000};
+    require(status(b, proto::MkdirRequest{root_handle, "b1", 0755}) == EACCES,
+            "beta's change with alpha's once ids");
+    b.once = {};
+    require(status(b, proto::CreateRequest{root_handle,
+                                           "b2",
+                                           0644,
+                                           true,
+                                           {},
+                                           proto::CreateOpen{alpha_id, proto::open_read, 9}}) ==
+                EACCES,
+            "beta's create opening in alpha's session");
+    require(lookup_rc(*files, "b1") == -ENOENT && lookup_rc(*files, "b2") == -ENOENT,
+            "a refused request of beta's changed the namespace");
+    // Beta's own session is beta's to use.
+    require(status(b, proto::SessionRequest{beta_id, proto::session_open, "node-b"}) == 0,
+            "beta's own session");
+    b.once = proto::OnceIds{beta_id, 0, 0, 1};
+    require(status(b, proto::MkdirRequest{root_handle, "b3", 0755}) == 0, "beta's own mkdir");
+    b.once = {};
+
+    // Alpha's session is as it was: its slot's next xid runs (not EBADR,
+    // nor EALREADY behind beta's xid 1000), its last one is answered from
+    // the cache, and its hold kept the file.
+    a.once = proto::OnceIds{alpha_id, 0, 0, 2};
+    require(status(a, proto::MkdirRequest{root_handle, "a2", 0755}) == 0,
+            "alpha's next change after beta's attempts");
+    a.once = proto::OnceIds{alpha_id, 0, 0, 2};
+    require(status(a, proto::MkdirRequest{root_handle, "a2", 0755}) == 0,
+            "alpha's retry answered from the cache");
+    a.once = {};
+    require(orphan_state(*files, kept) == 1, "kept no longer held after beta's attempts");
+    std::vector<std::byte> got(data.size());
+    require_rc(files->read(kept, 0, got), static_cast<std::int64_t>(data.size()), "read kept");
+    require(got == data, "kept's data changed");
+    require(status(a, proto::SessionRequest{alpha_id, proto::session_open, owner}) == 0,
+            "alpha renews its session");
+    const test::Call closed = a.call(proto::CloseRequest{alpha_id, {proto::OpenRef{kept, 1}}});
+    require(closed.answered && closed.response.status == 0, "alpha's close: " + closed.error);
+    require(std::ranges::count(std::get<proto::CloseResponse>(closed.response.body).doomed, kept,
+                               &proto::Doomed::handle) == 1,
+            "alpha's close does not release kept");
+    require(status(a, proto::SessionRequest{alpha_id, proto::session_end, ""}) == 0,
+            "alpha ends its session");
+    const std::string log = cl.log();
+    require(log.find("under key beta: client a1fa000000000001 is a session of key alpha") !=
+                std::string::npos,
+            "no refusal naming both keys logged: " + log);
+}
+
+// The replay guard's sessions are per key: beta sending under alpha's
+// session id, with a seq near 2^64, does not make alpha's next requests
+// replays.
+ATF_TEST_CASE_WITHOUT_HEAD(replay_sessions_per_key);
+ATF_TEST_CASE_BODY(replay_sessions_per_key)
+{
+    KeyedCluster cl({{"alpha"}, {"beta"}});
+    const auto alpha = cl.meta("alpha");
+    const auto beta = cl.meta("beta");
+    test::RawClient &a = *alpha;
+    test::RawClient &b = *beta;
+    require(status(a, proto::GetConfigRequest{}) == 0, "alpha's first request");
+    b.use_session(a.session(), UINT64_MAX - 10);
+    require(status(b, proto::GetConfigRequest{}) == 0, "beta's request under alpha's session id");
+    for (int i = 0; i < 3; ++i)
+        require(status(a, proto::GetConfigRequest{}) == 0, "alpha's request after beta's");
+    Attr attr;
+    require_rc(cl.as("alpha", 1000, 1000)->getattr(root_handle, attr), 0, "alpha's libpvfs client");
+}
+
+// Sessions opened under the cluster key before client_keys was set are
+// no client's any more: the first client key to use one claims it, and a
+// client restarted with its own key takes its old session over by its
+// owner string (docs/security.md "Client keys").
+ATF_TEST_CASE_WITHOUT_HEAD(cluster_sessions_claimed);
+ATF_TEST_CASE_BODY(cluster_sessions_claimed)
+{
+    constexpr std::uint64_t owned_id = 0xc1c1'0000'0000'0001;
+    constexpr std::uint64_t plain_id = 0xc1c1'0000'0000'0002;
+    const std::string owner = "node-a:/mnt/pvfs";
+    KeyedCluster cl(
+        {{"alpha", "--no-root-squash"}, {"beta", "--no-root-squash"}}, [&](test::Cluster &plain) {
+            test::RawClient r(plain.files, "meta0"); // the cluster key
+            require(status(r, proto::SessionRequest{owned_id, proto::session_open, owner}) == 0,
+                    "session with an owner under the cluster key");
+            require(status(r, proto::SessionRequest{plain_id, proto::session_open, ""}) == 0,
+                    "session without one under the cluster key");
+            r.once = proto::OnceIds{plain_id, 0, 0, 1};
+            require(status(r, proto::MkdirRequest{root_handle, "p1", 0755}) == 0, "mkdir p1");
+        });
+    const auto alpha = cl.meta("alpha");
+    const auto beta = cl.meta("beta");
+    test::RawClient &a = *alpha;
+    test::RawClient &b = *beta;
+    // Alpha's node restarted with its key: its owner string ends the
+    // cluster key's session, which no longer answers.
+    require(status(a, proto::SessionRequest{0xa1fa'0000'0000'0009, proto::session_open, owner}) ==
+                0,
+            "alpha takes over its owner string from the cluster key's session");
+    a.once = proto::OnceIds{owned_id, 0, 0, 1};
+    require(status(a, proto::MkdirRequest{root_handle, "a1", 0755}) == EBADR,
+            "the cluster key's session taken over is not ended");
+    a.once = {};
+    // Beta uses the other one first: it is beta's now, and alpha's use of
+    // it is refused.
+    b.once = proto::OnceIds{plain_id, 0, 0, 2};
+    require(status(b, proto::MkdirRequest{root_handle, "b1", 0755}) == 0,
+            "beta claims the cluster key's session");
+    a.once = proto::OnceIds{plain_id, 0, 0, 3};
+    require(status(a, proto::MkdirRequest{root_handle, "a2", 0755}) == EACCES,
+            "alpha uses a session beta claimed");
+    require(cl.log().find("now belongs to key beta") != std::string::npos,
+            "the claim is not logged: " + cl.log());
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, two_keys_each_work);
@@ -348,4 +551,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, revoked_within_seconds);
     ATF_ADD_TEST_CASE(tcs, per_key_squash);
     ATF_ADD_TEST_CASE(tcs, bad_edit_keeps_table);
+    ATF_ADD_TEST_CASE(tcs, sessions_bound_to_keys);
+    ATF_ADD_TEST_CASE(tcs, replay_sessions_per_key);
+    ATF_ADD_TEST_CASE(tcs, cluster_sessions_claimed);
 }

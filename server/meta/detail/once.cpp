@@ -1,7 +1,9 @@
 // Sessions and the reply cache (docs/metadata.md "Sessions and the reply
 // cache"): the records that make a retried change return its first result.
 //
-//   sessions: client id BE -> format u8, created_ns u64, owner length u8, owner
+//   sessions: client id BE -> format u8, created_ns u64, owner length u8, owner,
+//             then (absent in records from before keys were kept) key name
+//             length u8, key name
 //   replies:  (client id BE, slot BE as u64) -> format u8, xid u64, steps u8,
 //             then per step: step u32, op u16, status i32, digest 16 bytes,
 //             body length u16, body
@@ -27,6 +29,7 @@ namespace {
 constexpr std::uint8_t session_format = 1;
 constexpr std::uint8_t reply_format = 1;
 constexpr std::size_t max_owner = 255;
+constexpr std::size_t max_key_name = 64; // proto::max_key_name
 constexpr std::size_t step_header = 4 + 2 + 4 + 16 + 2;
 
 class Out {
@@ -144,6 +147,18 @@ struct SlotRecord {
     out.created_ns = in.get<std::uint64_t>();
     const auto length = in.get<std::uint8_t>();
     const Bytes owner = in.take(length);
+    out.key.reset();
+    if (in.ok() && !in.done()) {
+        // Added after format 1 without a new format: a record that ends
+        // after its owner is from before, and an older server reading
+        // this one finds it damaged (docs/metadata.md).
+        const auto key_length = in.get<std::uint8_t>();
+        const Bytes key = in.take(key_length);
+        if (in.ok() && key_length > 0 && key_length <= max_key_name)
+            out.key.emplace(reinterpret_cast<const char *>(key.data()), key.size()); // NOLINT
+        else
+            in.take(1); // fails: an empty or overlong name is damage
+    }
     if (!in.done() || format != session_format) {
         gossip::error(gossip::Mask::meta, "damaged session record of client {:016x}", client_id);
         return -EIO;
@@ -211,7 +226,8 @@ int reply_save(Tx &tx, const ReplyId &id, const SavedReply &reply)
 
 int session_put(Tx &tx, const SessionRecord &session)
 {
-    if (session.client_id == 0 || session.owner.size() > max_owner)
+    if (session.client_id == 0 || session.owner.size() > max_owner ||
+        (session.key && (session.key->empty() || session.key->size() > max_key_name)))
         return -EINVAL;
     Out out;
     out.put(session_format);
@@ -219,6 +235,11 @@ int session_put(Tx &tx, const SessionRecord &session)
     out.put(static_cast<std::uint8_t>(session.owner.size()));
     out.put(Bytes(reinterpret_cast<const std::uint8_t *>(session.owner.data()), // NOLINT
                   session.owner.size()));
+    if (session.key) {
+        out.put(static_cast<std::uint8_t>(session.key->size()));
+        out.put(Bytes(reinterpret_cast<const std::uint8_t *>(session.key->data()), // NOLINT
+                      session.key->size()));
+    }
     const Key key(session.client_id);
     return put(tx, tx.tables->sessions, key.bytes(), out.bytes);
 }

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -176,6 +177,10 @@ struct SessionRecord {
     std::uint64_t client_id = 0;
     std::uint64_t created_ns = 0; // CLOCK_REALTIME
     std::string owner;            // at most 255 bytes
+    // The name of the key that opened it ("cluster" for the cluster key,
+    // at most 64 bytes); none in a record from before sessions were bound
+    // to keys (docs/metadata.md "Sessions and the reply cache").
+    std::optional<std::string> key;
     friend bool operator==(const SessionRecord &, const SessionRecord &) = default;
 };
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -210,10 +211,16 @@ ATF_TEST_CASE_BODY(sessions)
     check(s.open(options()), 0, "open");
     {
         WriteBatch b = s.batch();
-        check(b.session_put({41, 1000, "host:/mnt/a"}), 0, "session_put");
-        check(b.session_put({42, 2000, ""}), 0, "session_put");
-        check(b.session_put({0, 1, ""}), -EINVAL, "client 0");
-        check(b.session_put({43, 1, std::string(256, 'o')}), -EINVAL, "owner too long");
+        check(b.session_put({41, 1000, "host:/mnt/a", std::nullopt}), 0, "session_put");
+        check(b.session_put({42, 2000, "", std::nullopt}), 0, "session_put");
+        check(b.session_put({0, 1, "", std::nullopt}), -EINVAL, "client 0");
+        check(b.session_put({43, 1, std::string(256, 'o'), std::nullopt}), -EINVAL,
+              "owner too long");
+        // The key that opened it; a record without one (41, 42) is how an
+        // older server wrote it.
+        check(b.session_put({44, 3000, "host:/mnt/b", "alpha"}), 0, "session_put with a key");
+        check(b.session_put({45, 1, "", ""}), -EINVAL, "empty key name");
+        check(b.session_put({45, 1, "", std::string(65, 'k')}), -EINVAL, "key name too long");
         for (std::uint32_t slot = 0; slot < 3; ++slot) {
             check(b.reply_save({41, slot, 1, 0}, reply(6, 0, 1)), 0, "reply of 41");
             check(b.reply_save({42, slot, 1, 0}, reply(6, 0, 2)), 0, "reply of 42");
@@ -222,8 +229,9 @@ ATF_TEST_CASE_BODY(sessions)
     }
     std::vector<meta::SessionRecord> list;
     check(s.list_sessions(list), 0, "list_sessions");
-    check(static_cast<int>(list.size()), 2, "sessions");
-    ATF_REQUIRE(list[0] == (meta::SessionRecord{41, 1000, "host:/mnt/a"}));
+    check(static_cast<int>(list.size()), 3, "sessions");
+    ATF_REQUIRE(list[0] == (meta::SessionRecord{41, 1000, "host:/mnt/a", std::nullopt}));
+    ATF_REQUIRE(list[2] == (meta::SessionRecord{44, 3000, "host:/mnt/b", "alpha"}));
     {
         WriteBatch b = s.batch();
         check(b.session_delete(41), 0, "session_delete");
@@ -238,7 +246,7 @@ ATF_TEST_CASE_BODY(sessions)
         ATF_REQUIRE(find(s, {42, slot, 1, 0}, out) == ReplyMatch::found);
     }
     check(s.list_sessions(list), 0, "list_sessions");
-    check(static_cast<int>(list.size()), 1, "sessions left");
+    check(static_cast<int>(list.size()), 2, "sessions left");
 }
 
 ATF_INIT_TEST_CASES(tcs)

@@ -1,6 +1,6 @@
 // Tests of the server's replay guard (server/replay/include/replay_guard.hpp):
 // seqs in order, out of order within the window and below it, the time
-// window, idle sessions forgotten, the session cap.
+// window, idle sessions forgotten, the session cap, sessions per key.
 #include <atf-c++.hpp>
 
 #include <cstddef>
@@ -32,6 +32,25 @@ ATF_TEST_CASE_BODY(replay_in_order)
     ATF_REQUIRE_EQ(guard.sessions(), std::size_t{2});
     // Gaps are fine: seq need only increase.
     ATF_REQUIRE(guard.accept(7, 1'000'000, t0, t0) == ReplayVerdict::accepted);
+}
+
+// One session id under two keys is two sessions: seqs pushed far ahead
+// under one key leave the other's window where it was.
+ATF_TEST_CASE_WITHOUT_HEAD(replay_sessions_per_key);
+ATF_TEST_CASE_BODY(replay_sessions_per_key)
+{
+    ReplayGuard guard;
+    const std::uint64_t alpha = ReplayGuard::client_key(0x1234);
+    const std::uint64_t beta = ReplayGuard::client_key(0x5678);
+    ATF_REQUIRE(guard.accept(alpha, 7, 1, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(beta, 7, UINT64_MAX - 1, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(alpha, 7, 2, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(alpha, 7, 2, t0, t0) == ReplayVerdict::replayed);
+    // A client key whose id is 0 is still not the cluster key.
+    ATF_REQUIRE(guard.accept(ReplayGuard::cluster_key, 7, 5, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(ReplayGuard::client_key(0), 7, 5, t0, t0) == ReplayVerdict::accepted);
+    ATF_REQUIRE(guard.accept(7, 5, t0, t0) == ReplayVerdict::replayed); // the cluster key's
+    ATF_REQUIRE_EQ(guard.sessions(), std::size_t{4});
 }
 
 ATF_TEST_CASE_WITHOUT_HEAD(replay_out_of_order_within_window);
@@ -150,6 +169,7 @@ ATF_TEST_CASE_BODY(replay_session_cap)
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, replay_in_order);
+    ATF_ADD_TEST_CASE(tcs, replay_sessions_per_key);
     ATF_ADD_TEST_CASE(tcs, replay_out_of_order_within_window);
     ATF_ADD_TEST_CASE(tcs, replay_below_window);
     ATF_ADD_TEST_CASE(tcs, replay_time_window);
