@@ -27,7 +27,7 @@ endif
 KBUILD_FLAGS := --werror $(if $(filter 1 2,$(C)),--sparse)
 
 .PHONY: fuzz fuzz-build
-.PHONY: all deps configure kmod kmod-test check check-full up down vm-shell lint format dkms-install clean help bench bench-net bench-fs bench-kernel bench-ib
+.PHONY: all deps configure kmod kmod-test check check-full up down vm-shell lint format dkms-install deb clean help bench bench-net bench-fs bench-kernel bench-ib
 
 all: configure
 	@ninja -C $(BUILD)
@@ -100,6 +100,10 @@ fuzz: fuzz-build
 dkms-install:
 	@scripts/dkms-install
 
+# Debian packages (docs/packaging.md) into $(BUILD)/deb/, checked by lintian.
+deb:
+	@scripts/deb --out $(BUILD)/deb
+
 # Benchmarks: each writes bench/results/<name>/ (data.csv, summary.md,
 # summary.json, plots).  QUICK=1 runs the short version used by make check.
 bench: bench-net bench-fs bench-kernel bench-ib
@@ -136,6 +140,8 @@ help:
 	@echo "make vm-shell     boot a guest with pvfs.ko loaded (CMD=... to run a command)"
 	@echo "make lint         clang-format and clang-tidy over user-space sources"
 	@echo "make dkms-install register kmod/ with DKMS for every installed kernel"
+	@echo "make deb          Debian packages into $(BUILD)/deb/ (pvfs-dkms, pvfs-client, pvfs-server,"
+	@echo "                  pvfs-tools, libpvfs-dev), checked by lintian"
 	@echo "make bench-fs     file-system benchmark into bench/results/fs/ (QUICK=1: short run)"
 	@echo "make bench-kernel the mount vs the client library in the QEMU guest, into"
 	@echo "                  bench/results/kernel/ (QUICK=1: short run; KERNEL=6.12)"
