@@ -955,7 +955,8 @@ ATF_TEST_CASE_BODY(create_open_disk_full)
     {
         std::ofstream out(ballast, std::ios::binary);
         const std::string chunk(4096, 'b');
-        for (int i = 0; i < 4096 && out.write(chunk.data(), chunk.size()); ++i) {
+        for (int i = 0;
+             i < 4096 && out.write(chunk.data(), static_cast<std::streamsize>(chunk.size())); ++i) {
         }
     }
     std::vector<Handle> made;
