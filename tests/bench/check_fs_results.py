@@ -13,6 +13,7 @@ summary.md.  Prints every problem found and exits 1 if there is any.
 """
 
 import argparse
+import csv
 import statistics
 import sys
 from pathlib import Path
@@ -26,7 +27,9 @@ STRIPES = (1, 2, 4)
 MD_CLIENTS = (1, 4)
 HOLD_CLIENTS = (1, 4)
 DATA_SERVERS = 4
-FILES = ("data.csv", "summary.md", "summary.json", "invocations.csv", "cpu.csv", "bench.png",
+COMPARE_FEATURES = ("same", "reply-cache", "hold")
+COMPARE_PAIRS = 20
+FILES = ("data.csv", "pairs.csv", "summary.md", "summary.json", "invocations.csv", "cpu.csv", "bench.png",
          "mdtest.png")
 PROFILES = ("bench-C4-S4-write.txt", "mdtest-C1-create.txt")
 
@@ -67,16 +70,40 @@ def paired_ratio(rows, match, on, off):
     return statistics.median(ratios) if ratios else None
 
 
-def paired_of(name, rows):
-    """For a target computed from pairs: the median ratio data.csv gives; else
-    (False, None)."""
+def read_pairs(out):
+    """pairs.csv's rows, each ratio checked against its two times."""
+    try:
+        with open(out / "pairs.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        problem(f"pairs.csv: {e}")
+        return []
+    for r in rows:
+        try:
+            on, off, ratio = (float(r[k]) for k in ("on_seconds", "off_seconds", "ratio"))
+        except (KeyError, TypeError, ValueError):
+            problem(f"pairs.csv: a row lacks numbers: {r}")
+            continue
+        if not (positive(on) and positive(off)) or abs(ratio - off / on) > 1e-6 * ratio:
+            problem(f"pairs.csv: ratio {ratio} is not off / on = {off} / {on}")
+    return rows
+
+
+def pair_median(pairs, what, op, c):
+    ratios = [float(r["ratio"]) for r in pairs
+              if (r.get("what"), r.get("op"), r.get("clients")) == (what, op, c)]
+    return statistics.median(ratios) if ratios else None
+
+
+def paired_of(name, rows, pairs):
+    """For a target computed from pairs: the median ratio data.csv or
+    pairs.csv gives; else (False, None)."""
     if "reply cache" in name:
         op, c = name.split("s/s C=")[0], name.split("C=")[1].split(",")[0]
-        return True, paired_ratio(rows, ("pvfs-mdtest", "shared", op, c), "pvfs", "pvfs-nocache")
+        return True, pair_median(pairs, "reply-cache", op, c)
     if name.startswith("creates/s") and "open references" in name:
         c = name.split("C=")[1].split(",")[0]
-        return True, paired_ratio(rows, ("pvfs-mdtest", "shared", "create", c), "pvfs-hold",
-                                  "pvfs")
+        return True, pair_median(pairs, "hold", "create", c)
     if "open references" in name:
         c = name.split("C=")[1].split(" ")[0]
         return True, paired_ratio(rows, ("pvfs-bench-hold", "pvfs", "write", c), "hold", "plain")
@@ -86,6 +113,15 @@ def paired_of(name, rows):
 def check_summary(out):
     expected = expected_targets()
     rows = read_data(out)
+    pairs = read_pairs(out)
+    for feature in COMPARE_FEATURES:
+        for op in ("create",) if feature == "hold" else ("create", "remove"):
+            for c in MD_CLIENTS:
+                n = sum(1 for r in pairs
+                        if (r.get("what"), r.get("op"), r.get("clients")) == (feature, op, str(c)))
+                if n != REPS * COMPARE_PAIRS:
+                    problem(f"pairs.csv: {n} pairs of {feature} {op} C={c}, expected "
+                            f"{REPS * COMPARE_PAIRS}")
     summary, targets = check_summary_head(out, "fs", expected)
     if targets is None:
         return summary
@@ -105,7 +141,7 @@ def check_summary(out):
             problem(f"{name}: met is not a boolean")
         if not (positive(value) and positive(baseline)):
             continue
-        paired, want = paired_of(name, rows)
+        paired, want = paired_of(name, rows, pairs)
         if paired:
             # The median of the per-repetition ratios, not value / baseline.
             if want is None or not positive(ratio) or abs(ratio - want) > 1e-3 * want:
@@ -135,11 +171,13 @@ def check_data(out):
                 expect[("pvfs-bench", "pvfs", "tmpfs", op, str(c), str(s))] = REPS
     for c in MD_CLIENTS:
         for layout in ("shared", "separate"):
-            targets = (("pvfs", "pvfs-nocache", "pvfs-hold", "local") if layout == "shared"
-                       else ("pvfs", "local"))
-            for target in targets:
+            for target in ("pvfs", "local"):
                 for op in ("create", "stat", "remove"):
                     expect[("pvfs-mdtest", layout, target, op, str(c), "")] = REPS
+        for feature in COMPARE_FEATURES:
+            for op in ("create",) if feature == "hold" else ("create", "remove"):
+                for side in ("on", "off"):
+                    expect[("pvfs-mdtest-compare", feature, side, op, str(c), "")] = REPS
     for what in ("pvfs", "dd"):
         for op in ("in", "out"):
             expect[("pvfs-cp", what, "disk", op, "", "")] = REPS
