@@ -26,14 +26,19 @@ Credentials Client::apply(Credentials cred) const
         cred.gid = perm::squashed_id;
         cred.groups.clear();
     }
+    if (gids) {
+        if (!gids->contains(cred.gid))
+            cred.gid = perm::squashed_id;
+        std::erase_if(cred.groups, [this](std::uint32_t g) { return !gids->contains(g); });
+    }
     return perm::squash(std::move(cred), root_squash);
 }
 
 KeyTable::KeyTable(proto::Key cluster_key, bool root_squash, std::string client_keys)
     : path_(std::move(client_keys))
 {
-    cluster_ = std::make_shared<const Client>(
-        Client{std::move(cluster_key), root_squash, std::nullopt, false, !path_.empty()});
+    cluster_ = std::make_shared<const Client>(Client{
+        std::move(cluster_key), root_squash, std::nullopt, false, !path_.empty(), std::nullopt});
     file_name_ = std::filesystem::path(path_).filename().string();
 }
 
@@ -55,7 +60,7 @@ bool KeyTable::load(std::string &error, std::string &summary)
     for (config::ClientKey &c : loaded.clients) {
         const std::uint32_t id = *c.key.id();
         auto client = std::make_shared<const Client>(
-            Client{std::move(c.key), !c.no_root_squash, c.uids, c.revoked, false});
+            Client{std::move(c.key), !c.no_root_squash, c.uids, c.revoked, false, c.gids});
         revoked += c.revoked ? 1 : 0;
         const auto old = clients_.find(id);
         if (old == clients_.end()) {

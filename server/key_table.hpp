@@ -33,6 +33,7 @@ struct Client {
     // The cluster key once client_keys is set: it is the servers' own, and
     // a request under it (no server sends one) is refused.
     bool servers_only = false;
+    std::optional<config::UidRange> gids; // none: any gid and groups
 
     // "node17", or "cluster" for the cluster key: for logs.
     [[nodiscard]] std::string_view name() const noexcept
@@ -40,8 +41,9 @@ struct Client {
         return key.name().empty() ? config::cluster_key_name : std::string_view(key.name());
     }
     // The credentials the server acts on: a uid outside `uids` becomes
-    // nobody (uid and gid 65534, no groups), then root is squashed
-    // (perm::squash) unless the key says no_root_squash.
+    // nobody (uid and gid 65534, no groups); a gid outside `gids` becomes
+    // nogroup (65534) and groups outside it are dropped; then root is
+    // squashed (perm::squash) unless the key says no_root_squash.
     [[nodiscard]] Credentials apply(Credentials cred) const;
 };
 

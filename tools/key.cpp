@@ -129,17 +129,24 @@ void replace(const std::string &path, const std::string &text)
         throw Exit{exit_failure, st.error};
 }
 
-int add(const std::string &file, const std::string &name, bool no_root_squash,
-        const std::string &uids_text, std::string out)
+// `--uids`/`--gids` LO-HI; none when not given.
+std::optional<config::UidRange> id_range(std::string_view option, const std::string &text)
 {
-    std::optional<config::UidRange> uids;
-    if (!uids_text.empty()) {
-        uids = config::parse_uid_range(uids_text);
-        if (!uids)
-            throw Exit{pvfs::cli::exit_usage,
-                       fmt::format("--uids {}: expected LO-HI, two decimal uids with LO <= HI",
-                                   uids_text)};
-    }
+    if (text.empty())
+        return std::nullopt;
+    std::optional<config::UidRange> range = config::parse_uid_range(text);
+    if (!range)
+        throw Exit{
+            pvfs::cli::exit_usage,
+            fmt::format("--{} {}: expected LO-HI, two decimal ids with LO <= HI", option, text)};
+    return range;
+}
+
+int add(const std::string &file, const std::string &name, bool no_root_squash,
+        const std::string &uids_text, const std::string &gids_text, std::string out)
+{
+    const std::optional<config::UidRange> uids = id_range("uids", uids_text);
+    const std::optional<config::UidRange> gids = id_range("gids", gids_text);
     if (out.empty())
         out = name + ".key";
     const Locked lock(file);
@@ -164,7 +171,7 @@ int add(const std::string &file, const std::string &name, bool no_root_squash,
     next.text = text.text;
     if (!next.text.empty() && next.text.back() != '\n')
         next.text += '\n';
-    next.text += config::client_key_line(name, hex.text, no_root_squash, uids);
+    next.text += config::client_key_line(name, hex.text, no_root_squash, uids, gids);
     next.text += '\n';
     try {
         replace(file, next.text);
@@ -231,12 +238,15 @@ int list(const std::string &file)
     Secret text;
     config::ClientKeys table;
     read_table(file, false, text, table);
-    fmt::print("{:<24} {:<8} {:<14} {:<23} {}\n", "NAME", "KEY-ID", "ROOT", "UIDS", "STATE");
+    const auto range = [](const std::optional<config::UidRange> &r) {
+        return r ? fmt::format("{}-{}", r->low, r->high) : std::string("any");
+    };
+    fmt::print("{:<24} {:<8} {:<14} {:<23} {:<23} {}\n", "NAME", "KEY-ID", "ROOT", "UIDS", "GIDS",
+               "STATE");
     for (const config::ClientKey &c : table.clients) {
-        fmt::print("{:<24} {:08x} {:<14} {:<23} {}\n", c.key.name(), *c.key.id(),
-                   c.no_root_squash ? "no_root_squash" : "root_squash",
-                   c.uids ? fmt::format("{}-{}", c.uids->low, c.uids->high) : "any",
-                   c.revoked ? "revoked" : "active");
+        fmt::print("{:<24} {:08x} {:<14} {:<23} {:<23} {}\n", c.key.name(), *c.key.id(),
+                   c.no_root_squash ? "no_root_squash" : "root_squash", range(c.uids),
+                   range(c.gids), c.revoked ? "revoked" : "active");
     }
     return 0;
 }
@@ -246,7 +256,7 @@ int run(int argc, char **argv)
     pvfs::cli::Parser app{
         "pvfs-key: adds, revokes and lists the client keys of a pvfs cluster (the servers' "
         "[filesystem] client_keys file).\n"
-        "  pvfs-key add NAME [--no-root-squash] [--uids LO-HI] [--out KEYFILE]\n"
+        "  pvfs-key add NAME [--no-root-squash] [--uids LO-HI] [--gids LO-HI] [--out KEYFILE]\n"
         "  pvfs-key revoke NAME\n"
         "  pvfs-key list\n"
         "Keys are never printed; add writes the new client's key file."};
@@ -256,6 +266,7 @@ int run(int argc, char **argv)
     std::string config_path;
     std::string out;
     std::string uids;
+    std::string gids;
     bool no_root_squash = false;
     app.option("command", command, "add, revoke or list")
         .required()
@@ -269,6 +280,9 @@ int run(int argc, char **argv)
                "$PVFS_CONFIG)");
     app.option("-o,--out", out, "add: where to write the client's key file (default: NAME.key)");
     app.option("--uids", uids, "add: the uids the client may act as, LO-HI; others become nobody");
+    app.option("--gids", gids,
+               "add: the gids the client may act with, LO-HI; a primary gid outside becomes "
+               "nogroup, supplementary groups outside are dropped");
     app.flag("--no-root-squash", no_root_squash, "add: the client's root stays root");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
@@ -277,8 +291,9 @@ int run(int argc, char **argv)
         throw Exit{pvfs::cli::exit_usage, "list takes no NAME"};
     if (command != "list" && name.empty())
         throw Exit{pvfs::cli::exit_usage, command + " needs the client's NAME"};
-    if (command != "add" && (!out.empty() || !uids.empty() || no_root_squash))
-        throw Exit{pvfs::cli::exit_usage, "--out, --uids and --no-root-squash go with add only"};
+    if (command != "add" && (!out.empty() || !uids.empty() || !gids.empty() || no_root_squash))
+        throw Exit{pvfs::cli::exit_usage,
+                   "--out, --uids, --gids and --no-root-squash go with add only"};
     if (!name.empty() && (!proto::valid_key_name(name) || name == config::cluster_key_name))
         throw Exit{pvfs::cli::exit_usage,
                    fmt::format("'{}' is not a client name: 1 to {} characters of A-Z a-z 0-9 . _ "
@@ -304,7 +319,7 @@ int run(int argc, char **argv)
         }
     }
     if (command == "add")
-        return add(file, name, no_root_squash, uids, out);
+        return add(file, name, no_root_squash, uids, gids, out);
     if (command == "revoke")
         return revoke(file, name);
     return list(file);

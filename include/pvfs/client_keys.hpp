@@ -32,6 +32,7 @@ inline constexpr std::size_t max_client_line_bytes = 1024;
 // The name the cluster key goes by in logs; no client may take it.
 inline constexpr std::string_view cluster_key_name = "cluster";
 
+// An inclusive range of uids, or of gids (`gids=`).
 struct UidRange {
     std::uint32_t low = 0;
     std::uint32_t high = 0; // inclusive
@@ -46,7 +47,8 @@ struct ClientKey {
     bool no_root_squash = false;
     std::optional<UidRange> uids; // none: any uid
     bool revoked = false;
-    std::size_t line = 0; // in the file, from 1
+    std::size_t line = 0;         // in the file, from 1
+    std::optional<UidRange> gids; // none: any gid and groups
 };
 
 struct ClientKeys {
@@ -63,9 +65,10 @@ struct ClientKeys {
 
 // The line pvfs-key appends for a new client (no newline).
 [[nodiscard]] std::string client_key_line(std::string_view name, std::string_view key_hex,
-                                          bool no_root_squash, const std::optional<UidRange> &uids);
-// "LO-HI" as in `uids=LO-HI` and `pvfs-key --uids`; nullopt when it is not
-// two decimal uids with LO <= HI.
+                                          bool no_root_squash, const std::optional<UidRange> &uids,
+                                          const std::optional<UidRange> &gids = std::nullopt);
+// "LO-HI" as in `uids=LO-HI`, `gids=LO-HI` and `pvfs-key --uids`; nullopt
+// when it is not two decimal ids with LO <= HI.
 [[nodiscard]] std::optional<UidRange> parse_uid_range(std::string_view text);
 
 // Creates a client key file at `path` (O_EXCL, mode 0600 from birth):

@@ -93,11 +93,11 @@ public:
         // must not reach a log line.
         if (proto::Key::from_hex(f[0])) {
             return fail("the line starts with 64 hex digits, a key: a line is NAME KEY-HEX "
-                        "[no_root_squash] [uids=LO-HI] [revoked]");
+                        "[no_root_squash] [uids=LO-HI] [gids=LO-HI] [revoked]");
         }
         if (f.size() < 2) {
             return fail(fmt::format("'{}' without a key: a line is NAME KEY-HEX [no_root_squash] "
-                                    "[uids=LO-HI] [revoked]",
+                                    "[uids=LO-HI] [gids=LO-HI] [revoked]",
                                     shown(f[0])));
         }
         const std::string_view name = f[0];
@@ -139,7 +139,7 @@ public:
                                     "client needs its own (pvfs-key add makes one)",
                                     name, it->second));
         }
-        ClientKey client{std::move(*key), false, std::nullopt, false, number};
+        ClientKey client{std::move(*key), false, std::nullopt, false, number, std::nullopt};
         for (std::size_t i = 2; i < f.size(); ++i) {
             const std::string_view option = f[i];
             if (option == "no_root_squash" && !client.no_root_squash) {
@@ -153,12 +153,19 @@ public:
                                             "uids and LO <= HI",
                                             name, shown(option)));
                 }
+            } else if (option.starts_with("gids=") && !client.gids) {
+                client.gids = parse_uid_range(option.substr(5));
+                if (!client.gids) {
+                    return fail(fmt::format("client '{}': '{}' is not gids=LO-HI with decimal "
+                                            "gids and LO <= HI",
+                                            name, shown(option)));
+                }
             } else if (option == "no_root_squash" || option == "revoked" ||
-                       option.starts_with("uids=")) {
+                       option.starts_with("uids=") || option.starts_with("gids=")) {
                 return fail(fmt::format("client '{}': '{}' given twice", name, shown(option)));
             } else {
                 return fail(fmt::format("client '{}': unknown option '{}' (expected "
-                                        "no_root_squash, uids=LO-HI or revoked)",
+                                        "no_root_squash, uids=LO-HI, gids=LO-HI or revoked)",
                                         name, shown(option)));
             }
         }
@@ -240,7 +247,8 @@ ClientKeys load_client_keys(const std::string &path)
 }
 
 std::string client_key_line(std::string_view name, std::string_view key_hex, bool no_root_squash,
-                            const std::optional<UidRange> &uids)
+                            const std::optional<UidRange> &uids,
+                            const std::optional<UidRange> &gids)
 {
     std::string line = fmt::format("{} {}", name, key_hex);
     if (no_root_squash) {
@@ -248,6 +256,9 @@ std::string client_key_line(std::string_view name, std::string_view key_hex, boo
     }
     if (uids) {
         line += fmt::format(" uids={}-{}", uids->low, uids->high);
+    }
+    if (gids) {
+        line += fmt::format(" gids={}-{}", gids->low, gids->high);
     }
     return line;
 }

@@ -116,11 +116,18 @@ struct KeyedCluster : test::Cluster {
     [[nodiscard]] std::unique_ptr<client::Client> as(const std::string &name, std::uint32_t uid,
                                                      std::uint32_t gid) const
     {
+        return connect_as(name, uid, gid, {});
+    }
+    [[nodiscard]] std::unique_ptr<client::Client>
+    connect_as(const std::string &name, std::uint32_t uid, std::uint32_t gid,
+               std::vector<std::uint32_t> groups) const
+    {
         client::Options o = test::fresh_attrs();
         o.request_timeout = 10s;
         o.key_file = key_path(name);
         o.credentials.uid = uid;
         o.credentials.gid = gid;
+        o.credentials.groups = std::move(groups);
         return connect(std::move(o));
     }
 
@@ -283,7 +290,10 @@ ATF_TEST_CASE_BODY(revoked_within_seconds)
 ATF_TEST_CASE_WITHOUT_HEAD(per_key_squash);
 ATF_TEST_CASE_BODY(per_key_squash)
 {
-    KeyedCluster cl({{"admin", "--no-root-squash"}, {"node"}, {"ranged", "--uids", "1000-1999"}});
+    KeyedCluster cl({{"admin", "--no-root-squash"},
+                     {"node"},
+                     {"ranged", "--uids", "1000-1999"},
+                     {"grouped", "--gids", "1000-1999"}});
     // admin's root is root: it opens / to everyone.
     auto admin = cl.as("admin", 0, 0);
     Attr a;
@@ -315,6 +325,29 @@ ATF_TEST_CASE_BODY(per_key_squash)
     require_rc(claims->read(private_file, 0, buf), -EACCES, "ranged root reads uid 1500's 0600");
     auto owner = cl.as("ranged", 1500, 1500);
     require_rc(owner->read(private_file, 0, buf), 0, "uid 1500 reads its own file");
+    // grouped: a gid inside stays, one outside is nogroup, and groups
+    // outside the range are dropped, so they open no group-only file.
+    auto in_group = cl.as("grouped", 1500, 1500);
+    require_rc(in_group->create(root_handle, "g-1500", 0644, true, {}, a), 0, "gid 1500 create");
+    require(a.uid == 1500 && a.gid == 1500, fmt::format("gid 1500's file is {}:{}", a.uid, a.gid));
+    auto out_group = cl.as("grouped", 1500, 2500);
+    require_rc(out_group->create(root_handle, "g-2500", 0644, true, {}, a), 0, "gid 2500 create");
+    require(a.uid == 1500 && a.gid == nobody,
+            fmt::format("gid 2500's file is {}:{}, not 1500:nogroup", a.uid, a.gid));
+    // A file of group 2600 (made by admin's root), readable by the group only.
+    require_rc(admin->create(root_handle, "group-2600", 0640, true, {}, a), 0, "admin create");
+    const Handle group_file = a.handle;
+    client::SetAttr chgrp;
+    chgrp.mask = client::set_gid | client::set_uid;
+    chgrp.uid = 3000;
+    chgrp.gid = 2600;
+    require_rc(admin->setattr(group_file, chgrp, a), 0, "admin chowns to 3000:2600");
+    auto by_group = cl.connect_as("grouped", 1500, 1500, {2600});
+    require_rc(by_group->read(group_file, 0, buf), -EACCES,
+               "supplementary group 2600, outside gids=, reads a 0640 file of group 2600");
+    auto admin_group = cl.connect_as("admin", 1500, 1500, {2600});
+    require_rc(admin_group->read(group_file, 0, buf), 0,
+               "the same groups under an unranged key read it");
 }
 
 ATF_TEST_CASE_WITHOUT_HEAD(bad_edit_keeps_table);

@@ -77,7 +77,7 @@ ATF_TEST_CASE_BODY(good_file)
                              "\n"
                              "node17 " +
                              hex_a +
-                             " uids=1000-1999   # a comment after the fields\n"
+                             " uids=1000-1999 gids=100-199   # a comment after the fields\n"
                              "\tadmin.host-2_b\t" +
                              hex_b +
                              "\tno_root_squash revoked\n   \n"
@@ -93,10 +93,11 @@ ATF_TEST_CASE_BODY(good_file)
     ATF_REQUIRE(a.uids && a.uids->low == 1000 && a.uids->high == 1999);
     ATF_REQUIRE(a.uids->contains(1000) && a.uids->contains(1999) && !a.uids->contains(999) &&
                 !a.uids->contains(2000));
+    ATF_REQUIRE(a.gids && a.gids->low == 100 && a.gids->high == 199);
     ATF_REQUIRE_EQ(a.line, 3U);
     const config::ClientKey &b = r.clients[1];
     ATF_REQUIRE_EQ(b.key.name(), "admin.host-2_b");
-    ATF_REQUIRE(b.no_root_squash && b.revoked && !b.uids);
+    ATF_REQUIRE(b.no_root_squash && b.revoked && !b.uids && !b.gids);
     ATF_REQUIRE_EQ(b.line, 4U);
     const config::ClientKey &c = r.clients[2];
     ATF_REQUIRE(c.uids && c.uids->low == 0 && c.uids->high == 4294967295U && c.no_root_squash);
@@ -131,6 +132,9 @@ ATF_TEST_CASE_BODY(every_refusal)
     expect_refused(good + "b " + hex_b + " no_root_squash no_root_squash\n", 2, "given twice");
     expect_refused(good + "b " + hex_b + " revoked revoked\n", 2, "given twice");
     expect_refused(good + "b " + hex_b + " uids=1-2 uids=3-4\n", 2, "given twice");
+    expect_refused(good + "b " + hex_b + " gids=1-2 gids=3-4\n", 2, "given twice");
+    expect_refused(good + "b " + hex_b + " gids=9-8\n", 2, "gids=LO-HI");
+    expect_refused(good + "b " + hex_b + " gids=1-2x\n", 2, "gids=LO-HI");
     expect_refused(good + "b " + hex_b + " root_squash\n", 2, "unknown option 'root_squash'");
     expect_refused(good + "b " + hex_b + " Revoked\n", 2, "unknown option");
     for (const char *range : {"uids=", "uids=5", "uids=5-", "uids=-5", "uids=9-8", "uids=a-b",
@@ -248,9 +252,11 @@ ATF_TEST_CASE_BODY(client_key_files)
     ATF_REQUIRE(key->id() == proto::key_id("node"));
     // The hex is the file's key: the line pvfs-key appends gives the same.
     const config::ClientKeys table = config::parse_client_keys(
-        config::client_key_line("node", hex, true, config::UidRange{5, 7}), "t");
+        config::client_key_line("node", hex, true, config::UidRange{5, 7}, config::UidRange{8, 9}),
+        "t");
     require_msg(table.ok(), table.error);
-    ATF_REQUIRE(table.clients[0].no_root_squash && table.clients[0].uids->high == 7);
+    ATF_REQUIRE(table.clients[0].no_root_squash && table.clients[0].uids->high == 7 &&
+                table.clients[0].gids->low == 8 && table.clients[0].gids->high == 9);
     const std::vector<std::byte> message{std::byte{7}};
     std::array<std::byte, proto::mac_size> tag{};
     key->sign(message, tag);
