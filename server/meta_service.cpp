@@ -16,6 +16,7 @@
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 
@@ -30,6 +31,9 @@ using gossip::Mask;
 
 // Changes one commit carries at most (a burst beyond waits for the next).
 constexpr std::size_t max_batch = 1024;
+// Group commit: a client that queued a change this recently is expected to
+// send its next one soon.
+constexpr std::chrono::milliseconds writer_window{2};
 
 proto::DirEntry to_proto(meta::DirEntry &&e)
 {
@@ -528,6 +532,8 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, const pr
     }
     {
         const std::lock_guard lock(mutex_);
+        if (settings_.group_commit)
+            writers_[job.origin.session] = std::chrono::steady_clock::now();
         queued_.push_back(std::move(job));
     }
     wake_.notify_one();
@@ -590,7 +596,13 @@ void MetaService::committer()
             wake_.wait_for(lock, tick, [this] { return stop_ || !queued_.empty(); });
             if (stop_)
                 return;
+            std::chrono::microseconds waited{0};
+            if (settings_.group_commit && !queued_.empty())
+                waited = wait_for_writers(lock);
             const std::size_t n = std::min(queued_.size(), max_batch);
+            if (waited.count() > 0)
+                gossip::debug(Mask::meta, "group commit: waited {} us, {} changes", waited.count(),
+                              n);
             jobs.clear();
             for (std::size_t i = 0; i < n; ++i) {
                 jobs.push_back(std::move(queued_.front()));
@@ -624,6 +636,12 @@ void MetaService::committer()
                     apply(batch, job);
             }
             rc = batch.commit();
+            if (!jobs.empty()) {
+                // A moving average over some eight commits.
+                const auto took = std::chrono::duration_cast<std::chrono::microseconds>(
+                    std::chrono::steady_clock::now() - now);
+                commit_time_ += (took - commit_time_) / 8;
+            }
         }
         {
             // Committed (or not): an open may look at these again, and a
@@ -658,6 +676,39 @@ void MetaService::committer()
         const std::uint64_t one = 1;
         [[maybe_unused]] const ssize_t w = ::write(event_.get(), &one, sizeof one);
     }
+}
+
+std::chrono::microseconds MetaService::wait_for_writers(std::unique_lock<std::mutex> &lock)
+{
+    // After a batch is answered its clients send their next changes at
+    // nearly the same moment; the first wakes the committer, and without
+    // a wait each batch would hold one or two changes, each paying a
+    // whole commit (PostgreSQL's commit_delay, with writers seen in the
+    // last window as its commit_siblings).
+    // Waiting longer than a commit takes would cost more than it saves.
+    const std::chrono::microseconds limit = std::min(settings_.max_commit_wait, commit_time_);
+    const auto now = std::chrono::steady_clock::now();
+    std::size_t recent = 0;
+    for (auto it = writers_.begin(); it != writers_.end();) {
+        if (now - it->second > writer_window) {
+            it = writers_.erase(it);
+        } else {
+            ++recent;
+            ++it;
+        }
+    }
+    const auto present = [this] {
+        std::unordered_set<std::uint64_t> seen;
+        for (const Job &j : queued_)
+            seen.insert(j.origin.session);
+        return seen.size();
+    };
+    if (limit.count() <= 0 || recent <= 1 || present() >= recent)
+        return std::chrono::microseconds{0};
+    wake_.wait_for(lock, limit,
+                   [&] { return stop_ || queued_.size() >= max_batch || present() >= recent; });
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                 now);
 }
 
 void MetaService::poll()

@@ -55,6 +55,11 @@ struct MetaSettings {
     // must fit them (EINVAL), or every client would find the file
     // unreadable.  0: not checked (tests of the service alone).
     std::uint32_t data_servers = 0;
+    // Group commit: a batch that lacks a change from a client that sent
+    // one within the last 2 ms waits for it, at most as long as a commit
+    // takes (and max_commit_wait).
+    bool group_commit = true;
+    std::chrono::microseconds max_commit_wait{500};
 };
 
 class MetaService {
@@ -133,6 +138,9 @@ private:
 
     void respond_read(const Origin &origin, const Credentials &cred, proto::RequestBody &body);
     void committer();
+    // Group commit: waits, with mutex_ held in `lock`, for the changes of
+    // recent writers missing from the queue; how long it waited.
+    std::chrono::microseconds wait_for_writers(std::unique_lock<std::mutex> &lock);
     void load_sessions();
     void apply(meta::WriteBatch &batch, Job &job);
     // Open references (meta_open.cpp).
@@ -237,6 +245,11 @@ private:
     std::vector<Job> finished_; // for the loop
     std::size_t committing_ = 0;
     std::uint64_t commits_ = 0;
+    // Group commit: when each client (by its replay-guard session) last
+    // queued a change.
+    std::unordered_map<std::uint64_t, std::chrono::steady_clock::time_point> writers_;
+    // The committer's own: a moving average of its commits' durations.
+    std::chrono::microseconds commit_time_{0};
     bool stop_ = false;
     std::thread thread_;
 };

@@ -189,6 +189,7 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         settings.data_servers = static_cast<std::uint32_t>(server->cluster_.data_servers().size());
         settings.max_sessions = server->cluster_.defaults.max_sessions;
         settings.lease = std::chrono::milliseconds(server->cluster_.defaults.lease_ms);
+        settings.group_commit = server->cluster_.defaults.group_commit;
         // Test-only: lose replies on purpose (docs/testing.md).  Read at
         // start, before the committer thread exists.
         // NOLINTNEXTLINE(concurrency-mt-unsafe)

@@ -80,6 +80,9 @@ struct Defaults {
     // destination in.
     bool require_bound = true;
     bool durable_metadata = true; // metadata commits are fsynced
+    // The metadata server's commit waits briefly for the changes of
+    // clients that are writing (docs/metadata.md "Group commit").
+    bool group_commit = true;
     // Exactly-once sessions (docs/protocol.md "Exactly once"): a client's
     // session and its cached replies go after this long without a change
     // from it, or, beyond max_sessions sessions, the longest silent first.

@@ -300,7 +300,7 @@ private:
         reject_unknown(d, "defaults",
                        {"stripe_size", "stripe_count", "bulk_chunk", "request_timeout",
                         "idle_timeout", "root_squash", "require_bound", "durable_metadata",
-                        "session_ttl", "max_sessions", "lease"});
+                        "group_commit", "session_ttl", "max_sessions", "lease"});
         if (const Value *v = member(d, "stripe_size")) {
             const std::uint32_t size =
                 require_size_in(*v, "defaults.stripe_size", min_stripe_size, max_stripe_size);
@@ -338,6 +338,9 @@ private:
         }
         if (const Value *v = member(d, "durable_metadata")) {
             out.durable_metadata = require_bool(*v, "defaults.durable_metadata");
+        }
+        if (const Value *v = member(d, "group_commit")) {
+            out.group_commit = require_bool(*v, "defaults.group_commit");
         }
         if (const Value *v = member(d, "session_ttl")) {
             out.session_ttl_ms = require_duration_ms(*v, "defaults.session_ttl");
@@ -731,6 +734,7 @@ std::string to_toml(const Cluster &c)
     out += fmt::format("root_squash = {}\n", d.root_squash);
     out += fmt::format("require_bound = {}\n", d.require_bound);
     out += fmt::format("durable_metadata = {}\n", d.durable_metadata);
+    out += fmt::format("group_commit = {}\n", d.group_commit);
     out += fmt::format("session_ttl = {}\n", detail::duration_toml(d.session_ttl_ms));
     out += fmt::format("max_sessions = {}\n", d.max_sessions);
     out += fmt::format("lease = {}\n", detail::duration_toml(d.lease_ms));

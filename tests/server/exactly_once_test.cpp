@@ -12,8 +12,11 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "harness.hpp"
 #include "pvfs/client.hpp"
@@ -324,10 +327,70 @@ ATF_TEST_CASE_BODY(library_sessions)
             "a stale request of the library's session is not EALREADY");
 }
 
+namespace {
+
+// Group commit (docs/metadata.md "Group commit"): four clients creating
+// at once, with exactly-once ids, in one directory.  Returns how many
+// batches waited for a missing writer (the server's debug log) after
+// checking that every file is there.
+std::size_t concurrent_creates(bool group_commit)
+{
+    const test::ScopedEnv debug("PVFS_DEBUG", "meta");
+    test::Cluster cl(test::servers(1, 1), group_commit ? "" : "group_commit = false\n",
+                     test::fresh_attrs());
+    constexpr int writers = 4;
+    constexpr int files = 150;
+    std::vector<std::thread> threads;
+    threads.reserve(writers);
+    std::vector<int> failed(writers, 0);
+    for (int w = 0; w < writers; ++w) {
+        threads.emplace_back([&cl, &failed, w] {
+            const auto c = cl.connect();
+            Attr a;
+            for (int i = 0; i < files; ++i) {
+                if (c->create(root_handle, fmt::format("w{}.{}", w, i), 0644, true, {}, a) != 0)
+                    ++failed[w];
+            }
+        });
+    }
+    for (std::thread &t : threads)
+        t.join();
+    for (int w = 0; w < writers; ++w)
+        require(failed[w] == 0, fmt::format("writer {}: {} creates failed", w, failed[w]));
+    const auto c = cl.connect();
+    Attr a;
+    for (int w = 0; w < writers; ++w) {
+        for (int i = 0; i < files; ++i)
+            require_rc(c->lookup(root_handle, fmt::format("w{}.{}", w, i), a), 0, "lookup");
+    }
+    const std::string log = cl.servers.at("meta0")->log_text();
+    const std::string line = "group commit: waited";
+    std::size_t n = 0;
+    for (auto at = log.find(line); at != std::string::npos; at = log.find(line, at + 1))
+        ++n;
+    return n;
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(group_commit);
+ATF_TEST_CASE_BODY(group_commit)
+{
+    require(concurrent_creates(true) > 0, "no batch of four writers waited for another");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(group_commit_off);
+ATF_TEST_CASE_BODY(group_commit_off)
+{
+    require(concurrent_creates(false) == 0, "a batch waited with group_commit = false");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, retried_changes);
     ATF_ADD_TEST_CASE(tcs, wrong_retries);
     ATF_ADD_TEST_CASE(tcs, across_restart);
     ATF_ADD_TEST_CASE(tcs, library_sessions);
+    ATF_ADD_TEST_CASE(tcs, group_commit);
+    ATF_ADD_TEST_CASE(tcs, group_commit_off);
 }
