@@ -37,6 +37,9 @@ struct Origin {
     // The key the request was verified with, which MACs the response too;
     // null: the cluster key.
     std::shared_ptr<const Client> client;
+    // When it arrived (ServerMetrics::now_ns), for its latency; 0 when
+    // the server keeps no metrics.
+    std::uint64_t arrived_ns = 0;
 };
 
 // Anything that posts BMI operations on the server's context: the

@@ -4,7 +4,9 @@
 //
 // It runs in the foreground (systemd, `make up` and the tests start it);
 // SIGTERM or SIGINT stop it after the requests in progress finish; SIGHUP
-// re-reads the client keys file ([filesystem] client_keys).
+// re-reads the client keys file ([filesystem] client_keys).  With a metrics
+// file (--metrics-file or the config's metrics_file) it keeps metrics and
+// rewrites that file every interval (docs/metrics.md).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -76,6 +78,12 @@ static int run(int argc, char **argv)
     app.option("--log", log_file, "log to this file instead of stderr");
     app.option("--debug", debug, "debug masks, e.g. server,storage or all (default: $PVFS_DEBUG)");
     app.option("--pid-file", pid_file, "write the process id here once listening");
+    app.option("--metrics-file", options.metrics_file,
+               "write metrics in the Prometheus text format to this file (default: the "
+               "config's metrics_file; none)");
+    app.option("--metrics-interval", options.metrics_interval,
+               "rewrite the metrics file this often, e.g. 10s or 500ms (default: the config's "
+               "metrics_interval; 10s)");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
 

@@ -98,6 +98,12 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         }
         self = static_cast<std::size_t>(found - cluster.servers.data());
     }
+    // Checked before anything is opened or bound.
+    std::string metrics_file;
+    std::chrono::milliseconds metrics_interval{};
+    if (!resolve_metrics_options(cluster.servers[self], options.metrics_file,
+                                 options.metrics_interval, metrics_file, metrics_interval, error))
+        return nullptr;
     std::string key_error;
     std::optional<proto::Key> key = proto::Key::load(cluster.key_file, key_error);
     if (!key) {
@@ -212,7 +218,54 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
             return nullptr;
         }
     }
+    if (!metrics_file.empty() && !server->start_metrics(metrics_file, metrics_interval, error))
+        return nullptr;
     return server;
+}
+
+bool Server::start_metrics(const std::string &path, std::chrono::milliseconds interval,
+                           std::string &error)
+{
+    auto m = std::make_unique<ServerMetrics>(self_, path, interval);
+    metrics::Registry &r = m->registry();
+    const metrics::Labels labels = m->labels();
+    r.gauge_fn(
+        "pvfs_server_connections", "Connections open to clients and other servers.", labels,
+        [this] { return static_cast<std::int64_t>(bmi_->get_info(bmi::Info::open_connections)); });
+    r.gauge_fn("pvfs_server_replies_in_flight", "Answers posted and not yet sent.", labels,
+               [this] { return static_cast<std::int64_t>(replies_in_flight_.size()); });
+    if (data_) {
+        r.gauge_fn("pvfs_server_data_requests_active",
+                   "Data requests in progress (bulk transfers and fsyncs).", labels,
+                   [this] { return static_cast<std::int64_t>(data_->active()); });
+        constexpr const char *help = "File data moved as bulk messages or by RDMA, in bytes.";
+        metrics::Labels message = labels;
+        message.emplace_back("transport", "message");
+        r.counter_fn("pvfs_server_bulk_bytes_total", help, std::move(message),
+                     [this] { return data_->message_bytes(); });
+        metrics::Labels rdma = labels;
+        rdma.emplace_back("transport", "rdma");
+        r.counter_fn("pvfs_server_bulk_bytes_total", help, std::move(rdma),
+                     [this] { return data_->rdma_bytes(); });
+    }
+    if (meta_) {
+        r.gauge_fn("pvfs_server_meta_changes_pending",
+                   "Metadata changes queued for the committer, being committed, or committed "
+                   "and not yet answered.",
+                   labels, [this] { return static_cast<std::int64_t>(meta_->active()); });
+        r.counter_fn("pvfs_server_meta_commits_total",
+                     "Metadata commits (each one transaction and one sync for a batch of "
+                     "changes).",
+                     labels, [this] { return meta_->commits(); });
+    }
+    if (const int rc = m->write(error); rc != 0) {
+        error = "metrics file " + error;
+        return false;
+    }
+    metrics_ = std::move(m);
+    gossip::info(Mask::server, "{}: metrics to {} every {} ms", self_.name, metrics_->path(),
+                 interval.count());
+    return true;
 }
 
 Server::Server(config::Cluster cluster, std::size_t self_index, proto::Key key)
@@ -284,6 +337,8 @@ int Server::run(const std::atomic<bool> &stop, std::atomic<bool> *reload)
             else if (keys_stale_ && now >= keys_retry_)
                 reload_keys("a retry");
         }
+        if (metrics_)
+            metrics_->tick(now);
     }
     if (busy())
         gossip::warning(Mask::server, "{}: stopped with requests still in progress", self_.name);
@@ -292,6 +347,7 @@ int Server::run(const std::atomic<bool> &stop, std::atomic<bool> *reload)
 
 void Server::on_request(const bmi::UnexpectedMessage &message)
 {
+    const std::uint64_t arrived = metrics_ ? ServerMetrics::now_ns() : 0;
     std::shared_ptr<const Client> client = keys_.cluster();
     if (const std::optional<std::uint32_t> id = proto::request_key_id(message.data())) {
         client = keys_.find(*id);
@@ -301,6 +357,8 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
             log_refusal(key_refusals_, message.peer(),
                         fmt::format("dropped a request from {}: unknown client key id {:08x}",
                                     bmi_->rev_lookup(message.peer()), *id));
+            if (metrics_)
+                metrics_->dropped(Dropped::unknown_key);
             return;
         }
     }
@@ -308,10 +366,13 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
     if (!decoded) {
         gossip::warning(Mask::server, "dropped a request from {} (key {}): {}",
                         bmi_->rev_lookup(message.peer()), client->name(), decoded.message());
+        if (metrics_)
+            metrics_->dropped(Dropped::undecodable);
         return;
     }
-    Origin origin{message.peer(), message.tag(), request_.request_id,     request_.session,
-                  request_.seq,   request_.op(), request_.knows_orphaned, std::move(client)};
+    Origin origin{message.peer(),          message.tag(),     request_.request_id,
+                  request_.session,        request_.seq,      request_.op(),
+                  request_.knows_orphaned, std::move(client), arrived};
     if (!key_allowed(origin) || !addressed_here(origin))
         return;
     // Each key has its own sessions (a session id is in the clear).
@@ -326,9 +387,10 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
                         verdict_errno_text(verdict));
         // A replay gets no answer (the real request got one); a client
         // whose clock is off, or one too many, is told why.
-        if (verdict != ReplayVerdict::replayed) {
+        if (verdict != ReplayVerdict::replayed)
             respond_error(origin, verdict == ReplayVerdict::too_many_sessions ? EBUSY : ETIME);
-        }
+        else if (metrics_)
+            metrics_->dropped(Dropped::replayed);
         return;
     }
     // The key's policy: a uid outside its range is nobody; every id that
@@ -517,6 +579,15 @@ void Server::respond_error(const Origin &origin, int error)
 
 void Server::send(const Origin &origin, proto::Response &response)
 {
+    if (metrics_ && origin.arrived_ns != 0) {
+        metrics_->answered(origin.op, response.status, origin.arrived_ns);
+        if (response.status == 0) {
+            if (const auto *r = std::get_if<proto::ReadResponse>(&response.body))
+                metrics_->data_bytes(false, r->bytes);
+            else if (const auto *w = std::get_if<proto::WriteResponse>(&response.body))
+                metrics_->data_bytes(true, w->bytes);
+        }
+    }
     std::unique_ptr<Reply> reply;
     if (free_replies_.empty()) {
         reply = std::make_unique<Reply>();

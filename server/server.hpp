@@ -23,12 +23,17 @@
 #include "pvfs/config.hpp"
 #include "pvfs/proto.hpp"
 #include "replay_guard.hpp"
+#include "server_metrics.hpp"
 
 namespace pvfs::server {
 
 struct ServerOptions {
     std::string config_path;
     std::string name; // which server of the config this is; empty: the only one
+    // Override the config's metrics_file and metrics_interval when not
+    // empty (resolve_metrics_options).
+    std::string metrics_file;
+    std::string metrics_interval;
 };
 
 class Server final : public Loop {
@@ -95,6 +100,11 @@ private:
     [[nodiscard]] proto::StatusResponse status() const;
     [[nodiscard]] proto::StatfsResponse statfs() const;
     [[nodiscard]] bool busy() const noexcept;
+    // Starts keeping metrics, written to `path` every `interval`: the
+    // first write happens here, so that a file that cannot be written
+    // stops the server at start.  False with `error` set when it cannot.
+    bool start_metrics(const std::string &path, std::chrono::milliseconds interval,
+                       std::string &error);
 
     config::Cluster cluster_;
     config::Server self_;
@@ -117,6 +127,8 @@ private:
     RefusalLog key_refusals_; // unknown, revoked or servers-only keys
     std::unordered_map<Reply *, std::unique_ptr<Reply>> replies_in_flight_;
     std::vector<std::unique_ptr<Reply>> free_replies_;
+    // Last: its gauges read the members above, and it goes first.
+    std::unique_ptr<ServerMetrics> metrics_; // null: no metrics kept
 };
 
 } // namespace pvfs::server

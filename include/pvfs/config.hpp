@@ -55,6 +55,10 @@ inline constexpr std::uint32_t min_bulk_chunk = 64U * 1024U;
 inline constexpr std::uint32_t max_bulk_chunk = 64U * 1024U * 1024U;
 inline constexpr std::uint32_t min_timeout_ms = 10;
 inline constexpr std::uint32_t max_timeout_ms = 24U * 60U * 60U * 1000U;
+// A server's metrics file is rewritten this often; at least every
+// min_metrics_interval_ms, so that a typo cannot make it a busy loop.
+inline constexpr std::uint32_t default_metrics_interval_ms = 10'000;
+inline constexpr std::uint32_t min_metrics_interval_ms = 100;
 
 // ---- the cluster -------------------------------------------------------
 
@@ -64,6 +68,10 @@ struct Server {
     bool metadata = false;
     bool data = false;
     std::string storage; // absolute, lexically normal
+    // Where the server writes its metrics (docs/metrics.md), every
+    // metrics_interval_ms; empty: no metrics.  Absolute, lexically normal.
+    std::string metrics_file{};
+    std::uint32_t metrics_interval_ms = default_metrics_interval_ms;
     friend bool operator==(const Server &, const Server &) = default;
 };
 

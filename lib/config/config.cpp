@@ -406,7 +406,8 @@ private:
 
     Server read_server(const Value &t, const std::string &key)
     {
-        reject_unknown(t, key, {"name", "addresses", "roles", "storage"});
+        reject_unknown(
+            t, key, {"name", "addresses", "roles", "storage", "metrics_file", "metrics_interval"});
         Server s;
         s.name = require_name(require(t, key, "name"), key + ".name");
 
@@ -458,6 +459,22 @@ private:
         }
 
         s.storage = path(require(t, key, "storage"), key + ".storage");
+        if (const Value *v = member(t, "metrics_file")) {
+            s.metrics_file = path(*v, key + ".metrics_file");
+            const std::filesystem::path file(s.metrics_file);
+            if (!file.has_filename() || file.filename() == "." || file.filename() == "..") {
+                fail(*v, key + ".metrics_file",
+                     fmt::format("'{}' names a directory; give a file, e.g. {}.prom",
+                                 printable(require_string(*v, key)), s.name));
+            }
+        }
+        if (const Value *v = member(t, "metrics_interval")) {
+            s.metrics_interval_ms = require_duration_ms(*v, key + ".metrics_interval");
+            if (s.metrics_interval_ms < min_metrics_interval_ms) {
+                fail(*v, key + ".metrics_interval",
+                     fmt::format("shorter than {}ms", min_metrics_interval_ms));
+            }
+        }
         return s;
     }
 
@@ -756,6 +773,15 @@ std::string to_toml(const Cluster &c)
         }
         out += fmt::format("roles = [{}]\n", roles);
         out += fmt::format("storage = {}\n", toml_string(s.storage));
+        // Only when set, so that the text (and hash) of a cluster without
+        // metrics stays what it was before they existed.
+        if (!s.metrics_file.empty()) {
+            out += fmt::format("metrics_file = {}\n", toml_string(s.metrics_file));
+        }
+        if (s.metrics_interval_ms != default_metrics_interval_ms) {
+            out += fmt::format("metrics_interval = {}\n",
+                               detail::duration_toml(s.metrics_interval_ms));
+        }
     }
     return out;
 }

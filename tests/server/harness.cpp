@@ -102,8 +102,8 @@ ClusterFiles write_cluster_at(const fs::path &dir, const std::vector<ServerSpec>
         const std::string address =
             addresses != nullptr ? (*addresses)[i] : fmt::format("tcp://127.0.0.1:{}", free_port());
         text += fmt::format("[[server]]\nname = \"{}\"\naddresses = [\"{}\"]\n"
-                            "roles = [{}]\nstorage = \"{}\"\n\n",
-                            s.name, address, roles, (f.dir / s.name).string());
+                            "roles = [{}]\nstorage = \"{}\"\n{}\n\n",
+                            s.name, address, roles, (f.dir / s.name).string(), s.toml);
     }
     std::ofstream(f.config_path) << text;
     config::Result r = config::load_file(f.config_path);

@@ -38,6 +38,7 @@ struct ServerSpec {
     std::string name;
     bool metadata = false;
     bool data = false;
+    std::string toml{}; // lines added to its [[server]] table
 };
 
 // A config file and key under `dir`, one server per spec, each on its own

@@ -148,6 +148,8 @@ config::Cluster unusual_cluster()
         {"b", {"ib://host-b.example:4000"}, false, true, "/s/b"},
         {"c", {"tcp://10.1.2.3:7"}, true, false, "/s/c"},
     };
+    c.servers[0].metrics_file = "/run/pvfs/a.prom";
+    c.servers[0].metrics_interval_ms = 2500;
     return c;
 }
 
@@ -217,6 +219,10 @@ ATF_TEST_CASE_BODY(round_trip)
     ATF_REQUIRE(text.find("session_ttl = \"90s\"") != std::string::npos);
     ATF_REQUIRE(text.find("max_sessions = 7\n") != std::string::npos);
     ATF_REQUIRE(text.find("lease = \"3s\"") != std::string::npos);
+    ATF_REQUIRE(text.find("metrics_file = \"/run/pvfs/a.prom\"\nmetrics_interval = \"2500ms\"") !=
+                std::string::npos);
+    // Without metrics, the text has no such line (its hash is as before).
+    ATF_REQUIRE(config::to_toml(example.cluster).find("metrics_") == std::string::npos);
     // A stripe count equal to the number of data servers is "every one".
     ATF_REQUIRE(config::to_toml(example.cluster).find("stripe_count = 0") != std::string::npos);
 }
@@ -260,6 +266,8 @@ ATF_TEST_CASE_BODY(hash_stable_and_sensitive)
     change("address", [](config::Cluster &c) { c.servers[1].addresses[0] = "ib://host-b:4001"; });
     change("role", [](config::Cluster &c) { c.servers[1].metadata = true; });
     change("storage", [](config::Cluster &c) { c.servers[2].storage = "/s/cc"; });
+    change("metrics_file", [](config::Cluster &c) { c.servers[2].metrics_file = "/m.prom"; });
+    change("metrics_interval", [](config::Cluster &c) { c.servers[0].metrics_interval_ms = 1000; });
     change("order", [](config::Cluster &c) { std::swap(c.servers[1], c.servers[2]); });
     change("server count", [](config::Cluster &c) { c.servers.pop_back(); });
     for (const auto &[what, c] : changed) {
@@ -423,6 +431,43 @@ ATF_TEST_CASE_BODY(server_errors)
     expect_error(text_with({{16, ""}}), "t.toml:12: server[1].storage: ", "missing");
     expect_error(text_with({{16, "storage = 1"}}),
                  "t.toml:16: server[1].storage: ", "expected a string");
+}
+
+// [[server]] metrics_file and metrics_interval: a file path checked like
+// the others, resolved against the config's directory; a duration of at
+// least 100ms.
+ATF_TEST_CASE_WITHOUT_HEAD(metrics_keys);
+ATF_TEST_CASE_BODY(metrics_keys)
+{
+    config::Cluster c = parse_ok(text_with({{10, "storage = \"/s\"\nmetrics_file = \"m0.prom\""},
+                                            {16, "storage = \"/s2\"\nmetrics_file = "
+                                                 "\"/run/pvfs//d0.prom\"\nmetrics_interval = "
+                                                 "\"500ms\""}}));
+    ATF_REQUIRE_EQ(c.servers[0].metrics_file, "/etc/pvfs/m0.prom");
+    ATF_REQUIRE_EQ(c.servers[0].metrics_interval_ms, config::default_metrics_interval_ms);
+    ATF_REQUIRE_EQ(c.servers[1].metrics_file, "/run/pvfs/d0.prom");
+    ATF_REQUIRE_EQ(c.servers[1].metrics_interval_ms, 500U);
+    c = parse_ok(text_with({}));
+    ATF_REQUIRE(c.servers[0].metrics_file.empty());
+
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_file = \"\""}}),
+                 "t.toml:17: server[1].metrics_file: ", "empty path");
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_file = 7"}}),
+                 "t.toml:17: server[1].metrics_file: ", "expected a string, got an integer");
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_file = \"/run/pvfs/\""}}),
+                 "t.toml:17: server[1].metrics_file: ", "names a directory");
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_file = \"/run/pvfs/..\""}}),
+                 "t.toml:17: server[1].metrics_file: ", "names a directory");
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_file = \"/run/a\\u0007b.prom\""}}),
+                 "t.toml:17: server[1].metrics_file: ", "control character");
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_interval = 10"}}),
+                 "t.toml:17: server[1].metrics_interval: ", "expected a duration");
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_interval = \"50ms\""}}),
+                 "t.toml:17: server[1].metrics_interval: ", "shorter than 100ms");
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_interval = \"2days\""}}),
+                 "t.toml:17: server[1].metrics_interval: ", "");
+    expect_error(text_with({{16, "storage = \"/s\"\nmetrics_interval = \"99999min\""}}),
+                 "t.toml:17: server[1].metrics_interval: ", "out of range");
 }
 
 ATF_TEST_CASE_WITHOUT_HEAD(unknown_keys);
@@ -784,4 +829,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, addresses);
     ATF_ADD_TEST_CASE(tcs, fs_urls);
     ATF_ADD_TEST_CASE(tcs, key_files);
+    ATF_ADD_TEST_CASE(tcs, metrics_keys);
 }

@@ -1,0 +1,308 @@
+// Metrics and their Prometheus text (pvfs/metrics.hpp).
+#include "pvfs/metrics.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <stdexcept>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "pvfs/unique_fd.hpp"
+
+namespace pvfs::metrics {
+
+namespace {
+
+bool name_char(char c, bool first, bool colon) noexcept
+{
+    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    return letter || (colon && c == ':') || (!first && digit);
+}
+
+const char *type_text(Type type) noexcept
+{
+    switch (type) {
+    case Type::counter:
+        return "counter";
+    case Type::gauge:
+        return "gauge";
+    case Type::histogram:
+        break;
+    }
+    return "histogram";
+}
+
+// {a="x",b="y"} with `extra` (already a complete name="value") appended;
+// nothing for no labels.
+void append_labels(std::string &out, const Labels &labels, std::string_view extra = {})
+{
+    if (labels.empty() && extra.empty())
+        return;
+    out += '{';
+    bool first = true;
+    for (const auto &[name, value] : labels) {
+        if (!first)
+            out += ',';
+        first = false;
+        out += name;
+        out += "=\"";
+        out += escape_label_value(value);
+        out += '"';
+    }
+    if (!extra.empty()) {
+        if (!first)
+            out += ',';
+        out += extra;
+    }
+    out += '}';
+}
+
+// Exact decimal seconds of a count of `units` of 10^-digits s.
+std::string decimal_seconds(std::uint64_t units, std::uint64_t per_second, int digits)
+{
+    return fmt::format("{}.{:0{}}", units / per_second, units % per_second, digits);
+}
+
+} // namespace
+
+Histogram::Snapshot Histogram::snapshot() const noexcept
+{
+    Snapshot s;
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+        s.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
+        s.count += s.buckets[i];
+    }
+    s.sum_ns = sum_ns_.load(std::memory_order_relaxed);
+    return s;
+}
+
+bool valid_metric_name(std::string_view name) noexcept
+{
+    if (name.empty())
+        return false;
+    for (std::size_t i = 0; i < name.size(); ++i) {
+        if (!name_char(name[i], i == 0, true))
+            return false;
+    }
+    return true;
+}
+
+bool valid_label_name(std::string_view name) noexcept
+{
+    if (name.empty() || name.starts_with("__"))
+        return false;
+    for (std::size_t i = 0; i < name.size(); ++i) {
+        if (!name_char(name[i], i == 0, false))
+            return false;
+    }
+    return true;
+}
+
+std::string escape_label_value(std::string_view text)
+{
+    std::string out;
+    out.reserve(text.size());
+    for (const char c : text) {
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '"')
+            out += "\\\"";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+    return out;
+}
+
+std::string escape_help(std::string_view text)
+{
+    std::string out;
+    out.reserve(text.size());
+    for (const char c : text) {
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+    return out;
+}
+
+Registry::Series &Registry::series(std::string_view name, std::string_view help, Type type,
+                                   Labels labels)
+{
+    if (!valid_metric_name(name))
+        throw std::invalid_argument(fmt::format("metric name '{}' is not valid", name));
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+        const std::string &label = labels[i].first;
+        if (!valid_label_name(label) || (type == Type::histogram && label == "le"))
+            throw std::invalid_argument(
+                fmt::format("{}: label name '{}' is not valid", name, label));
+        for (std::size_t j = 0; j < i; ++j) {
+            if (labels[j].first == label)
+                throw std::invalid_argument(fmt::format("{}: label '{}' twice", name, label));
+        }
+    }
+    // Caller holds mutex_.
+    auto it = families_.find(name);
+    if (it == families_.end()) {
+        it = families_.emplace(std::string(name), Family{std::string(help), type, {}}).first;
+    } else if (it->second.type != type || it->second.help != help) {
+        throw std::invalid_argument(
+            fmt::format("metric '{}' registered again with another type or help", name));
+    }
+    Family &family = it->second;
+    for (const std::unique_ptr<Series> &s : family.series) {
+        if (s->labels == labels)
+            return *s;
+    }
+    family.series.push_back(std::make_unique<Series>());
+    Series &s = *family.series.back();
+    s.labels = std::move(labels);
+    return s;
+}
+
+Counter &Registry::counter(std::string_view name, std::string_view help, Labels labels)
+{
+    const std::lock_guard lock(mutex_);
+    Series &s = series(name, help, Type::counter, std::move(labels));
+    if (s.read_counter)
+        throw std::invalid_argument(fmt::format("counter '{}' is read by a function", name));
+    if (!s.counter)
+        s.counter = std::make_unique<Counter>();
+    return *s.counter;
+}
+
+Gauge &Registry::gauge(std::string_view name, std::string_view help, Labels labels)
+{
+    const std::lock_guard lock(mutex_);
+    Series &s = series(name, help, Type::gauge, std::move(labels));
+    if (s.read_gauge)
+        throw std::invalid_argument(fmt::format("gauge '{}' is read by a function", name));
+    if (!s.gauge)
+        s.gauge = std::make_unique<Gauge>();
+    return *s.gauge;
+}
+
+Histogram &Registry::histogram(std::string_view name, std::string_view help, Labels labels)
+{
+    const std::lock_guard lock(mutex_);
+    Series &s = series(name, help, Type::histogram, std::move(labels));
+    if (!s.histogram)
+        s.histogram = std::make_unique<Histogram>();
+    return *s.histogram;
+}
+
+void Registry::counter_fn(std::string_view name, std::string_view help, Labels labels,
+                          std::function<std::uint64_t()> read)
+{
+    const std::lock_guard lock(mutex_);
+    Series &s = series(name, help, Type::counter, std::move(labels));
+    if (s.counter)
+        throw std::invalid_argument(fmt::format("counter '{}' is already a value", name));
+    s.read_counter = std::move(read);
+}
+
+void Registry::gauge_fn(std::string_view name, std::string_view help, Labels labels,
+                        std::function<std::int64_t()> read)
+{
+    const std::lock_guard lock(mutex_);
+    Series &s = series(name, help, Type::gauge, std::move(labels));
+    if (s.gauge)
+        throw std::invalid_argument(fmt::format("gauge '{}' is already a value", name));
+    s.read_gauge = std::move(read);
+}
+
+std::string Registry::render() const
+{
+    const std::lock_guard lock(mutex_);
+    std::string out;
+    for (const auto &[name, family] : families_) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape_help(family.help), name,
+                           type_text(family.type));
+        for (const std::unique_ptr<Series> &s : family.series) {
+            if (family.type == Type::histogram) {
+                const Histogram::Snapshot snap = s->histogram->snapshot();
+                std::uint64_t cumulative = 0;
+                for (std::size_t i = 0; i < Histogram::finite_buckets; ++i) {
+                    cumulative += snap.buckets[i];
+                    out += name;
+                    out += "_bucket";
+                    append_labels(out, s->labels,
+                                  fmt::format("le=\"{}\"", decimal_seconds(Histogram::bound_us(i),
+                                                                           1'000'000, 6)));
+                    out += fmt::format(" {}\n", cumulative);
+                }
+                out += name;
+                out += "_bucket";
+                append_labels(out, s->labels, "le=\"+Inf\"");
+                out += fmt::format(" {}\n", snap.count);
+                out += name;
+                out += "_sum";
+                append_labels(out, s->labels);
+                out += fmt::format(" {}\n", decimal_seconds(snap.sum_ns, 1'000'000'000, 9));
+                out += name;
+                out += "_count";
+                append_labels(out, s->labels);
+                out += fmt::format(" {}\n", snap.count);
+                continue;
+            }
+            out += name;
+            append_labels(out, s->labels);
+            if (s->counter)
+                out += fmt::format(" {}\n", s->counter->value());
+            else if (s->read_counter)
+                out += fmt::format(" {}\n", s->read_counter());
+            else if (s->gauge)
+                out += fmt::format(" {}\n", s->gauge->value());
+            else if (s->read_gauge)
+                out += fmt::format(" {}\n", s->read_gauge());
+            else
+                out += " 0\n";
+        }
+    }
+    return out;
+}
+
+int write_file_atomically(const std::string &path, std::string_view text, std::string &error)
+{
+    const std::string tmp = path + ".tmp";
+    const auto fail = [&](const std::string &what) {
+        const int e = errno;
+        error = fmt::format("{}: {}", what, std::generic_category().message(e));
+        static_cast<void>(::unlink(tmp.c_str()));
+        return e;
+    };
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!fd.valid())
+        return fail(tmp);
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = EIO;
+            return fail(tmp);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    // close(2) may report what write(2) did not (on NFS, for one).
+    if (::close(fd.release()) != 0)
+        return fail(tmp);
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+        return fail(path);
+    error.clear();
+    return 0;
+}
+
+} // namespace pvfs::metrics
