@@ -154,7 +154,10 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
     bmi::Bmi &b = *server->bmi_;
     if (b.set_info(bmi::Info::unexpected_limit, max_request_bytes) != 0 ||
         b.set_info(bmi::Info::unexpected_peer_bytes, per_client_unexpected) != 0 ||
-        b.set_info(bmi::Info::idle_timeout_ms, server->cluster_.defaults.idle_timeout_ms) != 0) {
+        b.set_info(bmi::Info::idle_timeout_ms, server->cluster_.defaults.idle_timeout_ms) != 0 ||
+        b.set_info(bmi::Info::max_connections, server->cluster_.defaults.max_connections) != 0 ||
+        b.set_info(bmi::Info::max_connections_per_address,
+                   server->cluster_.defaults.max_connections_per_address) != 0) {
         error = "cannot configure BMI";
         return nullptr;
     }

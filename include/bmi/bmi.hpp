@@ -84,6 +84,27 @@ enum class Info : std::uint8_t {
                            // when most recent waits ended within 1 ms,
                            // twice their typical length (at most 1 ms), so
                            // a slow round trip is not paid with a sleep
+    // Limits on what peers that have proved nothing may hold (docs/bmi.md,
+    // "Limits"); the tcp method enforces them.
+    max_connections,             // accepted connections open at once; more are
+                                 // closed at accept (4096)
+    max_connections_per_address, // the same per source address (64)
+    hello_timeout_ms,            // an accepted connection without a hello this
+                                 // long is closed (10000)
+    frame_timeout_ms,            // a frame whose first byte arrived must be
+                                 // complete within this, else its connection
+                                 // is closed (30000)
+    unexpected_total_bytes,      // unexpected messages buffered for all peers
+                                 // together; a message over it closes its
+                                 // connection (256 MiB)
+    early_total_bytes,           // early messages (arrived before their
+                                 // receive), all peers together (64 MiB)
+    peers,                       // get: addresses known (looked up, or peers
+                                 // with a connection or a message held)
+    refused_connections,         // get: connections closed at accept by the caps
+    unexpected_bytes,            // get: unexpected message bytes buffered now
+    early_bytes,                 // get: early message bytes (and RTS entries)
+                                 // buffered now
 };
 
 // A contiguous piece of a list send / receive.

@@ -101,6 +101,10 @@ struct Defaults {
     // from it; after a restart the metadata server waits lease + 10 s for
     // holders to re-open before it reclaims unlinked files.
     std::uint32_t lease_ms = 90'000;
+    // Accepted connections a server keeps open, in all and per source
+    // address (docs/bmi.md "Limits"); more are reset at accept.
+    std::uint32_t max_connections = 4096;
+    std::uint32_t max_connections_per_address = 64;
     friend bool operator==(const Defaults &, const Defaults &) = default;
 };
 

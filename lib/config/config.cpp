@@ -300,7 +300,8 @@ private:
         reject_unknown(d, "defaults",
                        {"stripe_size", "stripe_count", "bulk_chunk", "request_timeout",
                         "idle_timeout", "root_squash", "require_bound", "durable_metadata",
-                        "group_commit", "session_ttl", "max_sessions", "lease"});
+                        "group_commit", "session_ttl", "max_sessions", "lease", "max_connections",
+                        "max_connections_per_address"});
         if (const Value *v = member(d, "stripe_size")) {
             const std::uint32_t size =
                 require_size_in(*v, "defaults.stripe_size", min_stripe_size, max_stripe_size);
@@ -358,6 +359,17 @@ private:
                 fail(*v, "defaults.max_sessions", fmt::format("{} is not in 1 .. 16777216", n));
             out.max_sessions = static_cast<std::uint32_t>(n);
         }
+        const auto connections = [&](const char *key, std::uint32_t &to) {
+            if (const Value *v = member(d, key)) {
+                const std::string what = std::string("defaults.") + key;
+                const std::int64_t n = require_integer(*v, what);
+                if (n < 1 || n > (std::int64_t{1} << 20U))
+                    fail(*v, what, fmt::format("{} is not in 1 .. 1048576", n));
+                to = static_cast<std::uint32_t>(n);
+            }
+        };
+        connections("max_connections", out.max_connections);
+        connections("max_connections_per_address", out.max_connections_per_address);
     }
 
     void read_servers(const Value &root, Cluster &c)
@@ -751,10 +763,18 @@ std::string to_toml(const Cluster &c)
     out += fmt::format("root_squash = {}\n", d.root_squash);
     out += fmt::format("require_bound = {}\n", d.require_bound);
     out += fmt::format("durable_metadata = {}\n", d.durable_metadata);
-    out += fmt::format("group_commit = {}\n", d.group_commit);
+    if (!d.group_commit) // only when off: a cluster's hash stays what it was before the key
+        out += "group_commit = false\n";
     out += fmt::format("session_ttl = {}\n", detail::duration_toml(d.session_ttl_ms));
     out += fmt::format("max_sessions = {}\n", d.max_sessions);
     out += fmt::format("lease = {}\n", detail::duration_toml(d.lease_ms));
+    // The connection caps only when not the defaults: the text (and hash)
+    // of a cluster that leaves them stays what it was before they existed.
+    const Defaults plain;
+    if (d.max_connections != plain.max_connections)
+        out += fmt::format("max_connections = {}\n", d.max_connections);
+    if (d.max_connections_per_address != plain.max_connections_per_address)
+        out += fmt::format("max_connections_per_address = {}\n", d.max_connections_per_address);
     for (const Server &s : c.servers) {
         out += "\n[[server]]\n";
         out += fmt::format("name = {}\n", toml_string(s.name));

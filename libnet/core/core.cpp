@@ -73,6 +73,7 @@ UnexpectedMessage UnexpectedPool::make(Addr peer, Tag tag, std::vector<std::byte
     msg.buf_ = std::move(buf);
     msg.pool_ = shared_from_this();
     outstanding_[peer] += size;
+    total_ += size;
     return msg;
 }
 
@@ -84,6 +85,7 @@ void UnexpectedPool::give_back(UnexpectedMessage &msg) noexcept
     // message.  The map grows with the number of peers only.
     if (it != outstanding_.end())
         it->second -= std::min(it->second, msg.size_);
+    total_ -= std::min(total_, msg.size_);
     // A bounded free list: at most 64 buffers are kept for reuse.
     if (free_.size() < 64 && !msg.buf_.empty())
         free_.push_back(std::move(msg.buf_));
@@ -200,8 +202,8 @@ Core::Core(const Options &options)
     methods_.push_back(tcp::make_method(*this, options.tcp_engine));
     methods_.push_back(ib::make_method(*this));
     unexpected_pool->on_release = [this](Addr a) {
-        if (a != no_addr && a <= addrs_.size())
-            addrs_[a - 1].method->unexpected_released(a);
+        if (const AddrEntry *e = entry(a))
+            e->method->unexpected_released(a);
     };
     contexts_.emplace_back(); // context 0 is never handed out
     for (const std::string &url : options.listen) {
@@ -283,7 +285,7 @@ void Core::release_op(std::uint32_t i)
         op.in_done_list = false;
     }
     if (op.counted) {
-        (user_polled(i) ? user_polled_ops_ : kernel_polled_ops_) -= 1;
+        (op.user_polled ? user_polled_ops_ : kernel_polled_ops_) -= 1;
         op.counted = false;
     }
     op.state = OpState::free;
@@ -332,21 +334,72 @@ void Core::deliver_unexpected(UnexpectedMessage msg)
     ++events_;
 }
 
+Core::AddrEntry *Core::entry(Addr addr)
+{
+    const std::uint32_t slot = addr_slot(addr);
+    if (slot == 0 || slot > addrs_.size())
+        return nullptr;
+    AddrEntry &e = addrs_[slot - 1];
+    return e.live && e.generation == addr >> 32U ? &e : nullptr;
+}
+
+const Core::AddrEntry *Core::entry(Addr addr) const
+{
+    return const_cast<Core *>(this)->entry(addr); // NOLINT(cppcoreguidelines-pro-type-const-cast)
+}
+
+Addr Core::new_addr(const std::string &url, Method *method)
+{
+    Addr addr = no_addr;
+    if (!free_slots_.empty()) {
+        const std::uint32_t slot = free_slots_.back();
+        free_slots_.pop_back();
+        AddrEntry &e = addrs_[slot - 1];
+        e.url = url;
+        e.method = method;
+        e.live = true;
+        e.pinned = false;
+        addr = (static_cast<Addr>(e.generation) << 32U) | slot;
+    } else {
+        addrs_.push_back(AddrEntry{url, method});
+        addr = addrs_.size();
+    }
+    addr_by_url_.emplace(url, addr);
+    return addr;
+}
+
 Addr Core::peer_for_url(Method &method, const std::string &url)
 {
     auto it = addr_by_url_.find(url);
     if (it != addr_by_url_.end())
         return it->second;
-    addrs_.push_back(AddrEntry{url, &method});
-    const Addr addr = addrs_.size();
-    addr_by_url_.emplace(url, addr);
-    return addr;
+    return new_addr(url, &method);
+}
+
+bool Core::pinned(Addr addr) const
+{
+    const AddrEntry *e = entry(addr);
+    return e == nullptr || e->pinned;
+}
+
+void Core::forget_peer(Addr addr)
+{
+    AddrEntry *e = entry(addr);
+    if (e == nullptr || e->pinned)
+        return;
+    addr_by_url_.erase(e->url);
+    unexpected_pool->forget(addr);
+    std::string().swap(e->url);
+    e->live = false;
+    ++e->generation; // the method pointer stays: ops still done may name it
+    free_slots_.push_back(addr_slot(addr));
 }
 
 const std::string &Core::url_of(Addr addr) const
 {
     static const std::string none;
-    return addr == no_addr || addr > addrs_.size() ? none : addrs_[addr - 1].url;
+    const AddrEntry *e = entry(addr);
+    return e == nullptr ? none : e->url;
 }
 
 ContextId Core::open_context()
@@ -386,8 +439,10 @@ Addr Core::lookup(std::string_view url, int *error)
         *error = 0;
     const std::string key(url);
     auto it = addr_by_url_.find(key);
-    if (it != addr_by_url_.end())
+    if (it != addr_by_url_.end()) {
+        entry(it->second)->pinned = true; // the user holds it now
         return it->second;
+    }
     const auto sep = url.find("://");
     if (sep == std::string_view::npos)
         return fail(-EINVAL);
@@ -395,11 +450,13 @@ Addr Core::lookup(std::string_view url, int *error)
     for (auto &m : methods_) {
         if (m->scheme() != scheme)
             continue;
-        const Addr addr = addrs_.size() + 1;
-        if (const int rc = m->add_peer(addr, url.substr(sep + 3)); rc != 0)
+        const Addr addr = new_addr(key, m.get());
+        entry(addr)->pinned = true;
+        if (const int rc = m->add_peer(addr, url.substr(sep + 3)); rc != 0) {
+            entry(addr)->pinned = false;
+            forget_peer(addr);
             return fail(rc);
-        addrs_.push_back(AddrEntry{key, m.get()});
-        addr_by_url_.emplace(key, addr);
+        }
         return addr;
     }
     return fail(-EPROTONOSUPPORT);
@@ -408,8 +465,7 @@ Addr Core::lookup(std::string_view url, int *error)
 Post Core::post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag tag,
                 void *user_ptr, ContextId ctx)
 {
-    if (peer == no_addr || peer > addrs_.size() || ctx == 0 || ctx >= contexts_.size() ||
-        !contexts_[ctx].open)
+    if (entry(peer) == nullptr || ctx == 0 || ctx >= contexts_.size() || !contexts_[ctx].open)
         return Post{-EINVAL, false, no_op, 0};
     std::size_t total = 0;
     for (const MutableBuffer &b : bufs) {
@@ -421,7 +477,7 @@ Post Core::post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag
         return Post{-EMSGSIZE, false, no_op, 0};
 
     const std::uint32_t i = start_op(kind, peer, bufs, total, tag, user_ptr, ctx);
-    return posted(i, addrs_[peer - 1].method->post(i));
+    return posted(i, entry(peer)->method->post(i));
 }
 
 std::uint32_t Core::start_op(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs,
@@ -439,7 +495,8 @@ std::uint32_t Core::start_op(OpKind kind, Addr peer, std::span<const MutableBuff
     op.last_progress = Clock::now();
     timeouts_.push_back(ops, i);
     op.in_timeout_list = true;
-    (user_polled(i) ? user_polled_ops_ : kernel_polled_ops_) += 1;
+    op.user_polled = user_polled(i);
+    (op.user_polled ? user_polled_ops_ : kernel_polled_ops_) += 1;
     op.counted = true;
     return i;
 }
@@ -460,12 +517,12 @@ Post Core::posted(std::uint32_t i, bool done)
 Post Core::post_rdma(OpKind kind, Addr peer, std::span<const std::byte> descriptor,
                      std::uint64_t offset, MutableBuffer buf, void *user_ptr, ContextId ctx)
 {
-    if (peer == no_addr || peer > addrs_.size() || ctx == 0 || ctx >= contexts_.size() ||
-        !contexts_[ctx].open || (buf.data == nullptr && buf.size != 0))
+    if (entry(peer) == nullptr || ctx == 0 || ctx >= contexts_.size() || !contexts_[ctx].open ||
+        (buf.data == nullptr && buf.size != 0))
         return Post{-EINVAL, false, no_op, 0};
     const std::uint32_t i = start_op(kind, peer, {&buf, 1}, buf.size, 0, user_ptr, ctx);
     bool done = false;
-    if (const int rc = addrs_[peer - 1].method->post_rdma(i, descriptor, offset, done); rc != 0) {
+    if (const int rc = entry(peer)->method->post_rdma(i, descriptor, offset, done); rc != 0) {
         release_op(i);
         return Post{rc, false, no_op, 0};
     }
@@ -475,9 +532,10 @@ Post Core::post_rdma(OpKind kind, Addr peer, std::span<const std::byte> descript
 int Core::expose(Addr peer, std::span<const MutableBuffer> bufs, std::shared_ptr<void> &keep,
                  std::vector<std::byte> &descriptor)
 {
-    if (peer == no_addr || peer > addrs_.size())
+    AddrEntry *e = entry(peer);
+    if (e == nullptr)
         return -EINVAL;
-    return addrs_[peer - 1].method->expose(peer, bufs, keep, descriptor);
+    return e->method->expose(peer, bufs, keep, descriptor);
 }
 
 int Core::sleep_budget(Clock::time_point deadline)
@@ -839,9 +897,40 @@ int Core::set_info(Info key, std::uint64_t value)
         limits.spin = std::chrono::microseconds(value);
         return 0;
     case Info::drop_addr:
-        if (value == no_addr || value > addrs_.size())
+        if (AddrEntry *e = entry(value)) {
+            e->method->drop_peer(value, -ECONNRESET);
+            return 0;
+        }
+        return -EINVAL;
+    case Info::max_connections:
+        if (value < 1 || value > (std::uint64_t{1} << 20U))
             return -EINVAL;
-        addrs_[value - 1].method->drop_peer(value, -ECONNRESET);
+        limits.max_connections = value;
+        return 0;
+    case Info::max_connections_per_address:
+        if (value < 1 || value > (std::uint64_t{1} << 20U))
+            return -EINVAL;
+        limits.max_connections_per_address = value;
+        return 0;
+    case Info::hello_timeout_ms:
+        if (value < 10 || value > std::uint64_t{3600} * 1000)
+            return -EINVAL;
+        limits.hello_timeout = std::chrono::milliseconds(value);
+        return 0;
+    case Info::frame_timeout_ms:
+        if (value < 10 || value > std::uint64_t{3600} * 1000)
+            return -EINVAL;
+        limits.frame_timeout = std::chrono::milliseconds(value);
+        return 0;
+    case Info::unexpected_total_bytes:
+        if (value < limits.unexpected_peer_bytes)
+            return -EINVAL;
+        limits.unexpected_total_bytes = value;
+        return 0;
+    case Info::early_total_bytes:
+        if (value < limits.eager)
+            return -EINVAL;
+        limits.early_total_bytes = value;
         return 0;
     case Info::engine:
     case Info::open_connections:
@@ -849,6 +938,10 @@ int Core::set_info(Info key, std::uint64_t value)
     case Info::registrations:
     case Info::registration_hits:
     case Info::poll_us:
+    case Info::peers:
+    case Info::refused_connections:
+    case Info::unexpected_bytes:
+    case Info::early_bytes:
         return -EINVAL;
     }
     return -EINVAL;
@@ -886,12 +979,34 @@ std::uint64_t Core::get_info(Info key) const
         return n;
     }
     case Info::registrations:
-    case Info::registration_hits: {
+    case Info::registration_hits:
+    case Info::refused_connections:
+    case Info::early_bytes: {
         std::uint64_t n = 0;
         for (const auto &m : methods_)
             n += m->counter(key);
         return n;
     }
+    case Info::unexpected_bytes: {
+        std::uint64_t n = unexpected_pool->total();
+        for (const auto &m : methods_)
+            n += m->counter(key);
+        return n;
+    }
+    case Info::peers:
+        return addrs_.size() - free_slots_.size();
+    case Info::max_connections:
+        return limits.max_connections;
+    case Info::max_connections_per_address:
+        return limits.max_connections_per_address;
+    case Info::hello_timeout_ms:
+        return static_cast<std::uint64_t>(limits.hello_timeout.count());
+    case Info::frame_timeout_ms:
+        return static_cast<std::uint64_t>(limits.frame_timeout.count());
+    case Info::unexpected_total_bytes:
+        return limits.unexpected_total_bytes;
+    case Info::early_total_bytes:
+        return limits.early_total_bytes;
     case Info::drop_addr:
         return 0;
     }

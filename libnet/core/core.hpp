@@ -23,6 +23,15 @@ using Clock = std::chrono::steady_clock;
 
 inline constexpr std::uint32_t no_index = std::numeric_limits<std::uint32_t>::max();
 
+// An Addr is a slot number (1-based, low 32 bits) and the slot's generation
+// (high 32 bits): the slot of a freed peer is reused under a new
+// generation, so an Addr the user kept for a peer that is gone never names
+// its successor.  Slots never freed have generation 0.
+[[nodiscard]] inline std::uint32_t addr_slot(Addr a) noexcept
+{
+    return static_cast<std::uint32_t>(a & 0xffffffffU);
+}
+
 enum class OpKind : std::uint8_t { send, send_unexpected, recv, get, put };
 
 // Where an op stands; methods refine "active" with their own field.
@@ -52,6 +61,7 @@ struct Op {
     bool in_done_list = false;
     bool in_peer_list = false; // method: linked through peer_ops
     bool counted = false;      // in Core's user/kernel-polled op counts
+    bool user_polled = false;  // counted in user_polled_ops_ (else kernel_polled_ops_)
 
     // Method-private state.
     std::uint8_t mstate = 0;
@@ -184,6 +194,20 @@ struct Limits {
     // more than the completions being waited for.  0: every round.
     std::chrono::microseconds kernel_poll_interval{50};
     static constexpr std::uint64_t max_kernel_poll_us = 10000;
+    // What a peer that has not proved anything may hold (docs/bmi.md,
+    // "Limits"): accepted connections in all and per source address
+    // (more are closed at accept), how long an accepted connection may take
+    // to send its hello and any connection to finish a frame it started
+    // (slowloris), and the bytes of unexpected and early messages buffered
+    // for all peers together (per peer: unexpected_peer_bytes and the
+    // method's own early limit).  Over a global budget the frame is not
+    // buffered: its connection is closed.
+    std::size_t max_connections = 4096;
+    std::size_t max_connections_per_address = 64;
+    std::chrono::milliseconds hello_timeout{10000};
+    std::chrono::milliseconds frame_timeout{30000};
+    std::size_t unexpected_total_bytes = std::size_t{256} << 20U;
+    std::size_t early_total_bytes = std::size_t{64} << 20U;
 };
 
 // The poll time of test* calls, learned from how their waits ended.  A
@@ -215,12 +239,17 @@ public:
     void give_back(UnexpectedMessage &msg) noexcept;
     // Bytes of unexpected messages from peer not yet freed by the user.
     [[nodiscard]] std::size_t outstanding(Addr peer) const;
+    // The same, summed over every peer.
+    [[nodiscard]] std::size_t total() const noexcept { return total_; }
+    // The peer is gone (it has nothing outstanding): its entry goes.
+    void forget(Addr peer) { outstanding_.erase(peer); }
     // Called when a peer's budget frees up.
     std::function<void(Addr)> on_release;
 
 private:
     std::vector<std::vector<std::byte>> free_;
     std::unordered_map<Addr, std::size_t> outstanding_;
+    std::size_t total_ = 0;
 };
 
 class Core {
@@ -258,6 +287,12 @@ public:
     // The Addr for an incoming peer's URL, made if new.
     Addr peer_for_url(Method &method, const std::string &url);
     [[nodiscard]] const std::string &url_of(Addr addr) const;
+    // The user looked addr up by its URL: its method must keep it.
+    [[nodiscard]] bool pinned(Addr addr) const;
+    // A peer the method no longer knows (no connection, op or unexpected
+    // message left): its Addr and URL map entry go; the slot is reused under
+    // a new generation.
+    void forget_peer(Addr addr);
     [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
     // Makes the first method's sleep end when fd (another method's) is
     // readable.
@@ -296,7 +331,14 @@ private:
     struct AddrEntry {
         std::string url;
         Method *method = nullptr;
+        std::uint32_t generation = 0;
+        bool live = true;
+        bool pinned = false; // returned by lookup
     };
+    // The entry of a live Addr, or nullptr.
+    [[nodiscard]] AddrEntry *entry(Addr addr);
+    [[nodiscard]] const AddrEntry *entry(Addr addr) const;
+    Addr new_addr(const std::string &url, Method *method);
     struct Context {
         bool open = false;
         OpList done{&Op::done};
@@ -317,11 +359,14 @@ private:
     // The op's method polls in user space: it counts in user_polled_ops_.
     [[nodiscard]] bool user_polled(std::uint32_t i) const
     {
-        return addrs_[ops[i].peer - 1].method != methods_.front().get();
+        return addrs_[addr_slot(ops[i].peer) - 1].method != methods_.front().get();
     }
     void expire_idle_ops();
     void apply_spin_env();
-    [[nodiscard]] Method &method_of(std::uint32_t i) { return *addrs_[ops[i].peer - 1].method; }
+    [[nodiscard]] Method &method_of(std::uint32_t i)
+    {
+        return *addrs_[addr_slot(ops[i].peer) - 1].method;
+    }
     [[nodiscard]] static int sleep_budget(Clock::time_point deadline);
     // The deadline of a test* call and the end of its polling phase.
     struct WaitWindow {
@@ -339,7 +384,8 @@ private:
 
     std::vector<std::unique_ptr<Method>> methods_;
     std::vector<int> ready_fds_;   // watched fds found readable, not yet taken
-    std::vector<AddrEntry> addrs_; // Addr n is addrs_[n - 1]
+    std::vector<AddrEntry> addrs_; // slot n is addrs_[n - 1]
+    std::vector<std::uint32_t> free_slots_;
     std::unordered_map<std::string, Addr> addr_by_url_;
     std::vector<std::uint32_t> free_ops_;
     std::vector<Context> contexts_;

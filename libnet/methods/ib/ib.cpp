@@ -126,17 +126,19 @@ void IbMethod::linger()
 
 Peer *IbMethod::peer_ptr(Addr addr)
 {
-    if (addr == no_addr || addr > peers_.size() || !peers_[addr - 1])
+    const std::uint32_t slot = addr_slot(addr);
+    if (slot == 0 || slot > peers_.size() || !peers_[slot - 1] || peers_[slot - 1]->addr != addr)
         return nullptr;
-    return peers_[addr - 1].get();
+    return peers_[slot - 1].get();
 }
 
 Peer &IbMethod::peer_of(Addr addr)
 {
-    if (addr > peers_.size())
-        peers_.resize(addr);
-    auto &slot = peers_[addr - 1];
-    if (!slot) {
+    const std::uint32_t n = addr_slot(addr);
+    if (n > peers_.size())
+        peers_.resize(n);
+    auto &slot = peers_[n - 1];
+    if (!slot || slot->addr != addr) { // empty, or the slot's previous peer
         slot = std::make_unique<Peer>();
         slot->addr = addr;
     }

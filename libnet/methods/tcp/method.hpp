@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace bmi::tcp {
@@ -48,14 +49,21 @@ inline std::size_t map_iov(const std::vector<MutableBuffer> &bufs, std::size_t s
     return n;
 }
 
-// Receive-side staging buffer per connection.
+// Receive-side staging buffer per connection, allocated when bytes come:
+// this much once the hello has arrived, before that only what a hello
+// needs (a connection that proved nothing costs little).
 inline constexpr std::size_t stage_size = std::size_t{64} * 1024;
+inline constexpr std::size_t hello_stage_size = 1024;
+static_assert(hello_stage_size >= frame_header_size + 22 + hello_max_url);
 // Payloads at least this large are read straight into the user's buffer.
 inline constexpr std::size_t direct_read_min = std::size_t{16} * 1024;
 // Rendezvous data goes in chunks of this size (the receiver's limit).
 inline constexpr std::size_t chunk_size = std::size_t{512} * 1024;
 // Early (not yet received) eager messages buffered per peer.
 inline constexpr std::size_t early_peer_bytes = std::size_t{4} * 1024 * 1024;
+// What an early RTS (no payload, but an entry kept until its receive is
+// posted) counts against the early budgets.
+inline constexpr std::size_t early_rts_charge = 256;
 inline constexpr std::size_t max_iov = 64;
 // Messages to a peer whose tags are remembered, so that a READY can be
 // checked against the messages still in flight (see on_ready).
@@ -102,10 +110,15 @@ struct Conn {
     bool paused = false;        // not reading: a budget is exhausted
     bool write_blocked = false; // the socket returned EAGAIN on the last write
     bool closed = true;
+    bool accepted = false; // incoming: counts against the connection caps
     std::uint32_t events = 0;
+    std::string source;                  // accepted: the peer's address bytes (the per-address cap)
+    Clock::time_point opened;            // accepted: when (the hello deadline)
+    Clock::time_point frame_started;     // the first byte of an unfinished frame; {} if none
+    std::size_t unexpected_reserved = 0; // an unexpected payload arriving: its size
     RingQueue<TxItem> tx;
     // receive side
-    std::vector<std::byte> stage = std::vector<std::byte>(stage_size);
+    std::vector<std::byte> stage; // sized as bytes come (hello_stage_size, stage_size)
     std::size_t rb = 0;
     std::size_t re = 0;
     FrameHeader h;
@@ -118,7 +131,24 @@ struct Conn {
     std::size_t early_index = 0; // which early item the payload fills (by serial)
     std::uint64_t early_serial = 0;
     std::uint64_t remote_incarnation = 0; // from the peer's hello on this connection
+
+    // Part of a frame has arrived, not all of it.
+    [[nodiscard]] bool mid_frame() const noexcept
+    {
+        return re > rb || payload_left > 0 || sink != Sink::none;
+    }
 };
+
+// The frame deadline runs from a frame's first byte: set when bytes of an
+// unfinished frame are in, cleared when none are (parse clears it as each
+// frame completes, so a frame begun in the same read starts afresh).
+inline void note_frame_progress(Conn &k) noexcept
+{
+    if (!k.mid_frame())
+        k.frame_started = {};
+    else if (k.frame_started == Clock::time_point{})
+        k.frame_started = Clock::now();
+}
 
 // A receive the peer announced with READY: the next message on its tag,
 // if it fits, goes as DIRECT instead of RTS/CTS.
@@ -134,7 +164,10 @@ struct Early {
     Tag tag = 0;
     FrameType type = FrameType::eager; // eager or rts
     std::vector<std::byte> data;
-    std::size_t size = 0;     // eager: payload length; rts: message length
+    std::size_t size = 0;          // eager: payload length; rts: message length
+    std::size_t charge = 0;        // counted against the early budgets
+    std::uint32_t conn = no_index; // the connection it came on: it dies with it
+    std::uint32_t conn_generation = 0;
     bool complete = false;    // eager payload fully arrived
     std::uint64_t cookie = 0; // rts: the sender's op
     std::uint32_t waiting_op = no_index;
@@ -179,7 +212,7 @@ public:
     int add_peer(Addr addr, std::string_view hostport) override;
     bool post(std::uint32_t i) override;
     void cancel(std::uint32_t i, int error, bool must_end) override;
-    void unexpected_released(Addr addr) override { resume_peer(addr); }
+    void unexpected_released(Addr addr) override;
     int watch_internal(int fd) override;
     int unwatch_internal(int fd) override;
     void progress(int timeout_ms) override;
@@ -187,6 +220,7 @@ public:
     [[nodiscard]] std::uint64_t open_connections() const override;
     [[nodiscard]] std::uint64_t direct_sends() const override { return direct_sends_; }
     [[nodiscard]] std::uint64_t engine() const override { return engine_->id(); }
+    [[nodiscard]] std::uint64_t counter(Info key) const override;
     Clock::time_point peer_alive(std::uint32_t i) override;
     int watch_external(int fd) override;
     int unwatch_external(int fd) override;
@@ -205,6 +239,11 @@ private:
     void queue_hello(std::uint32_t c);
     void on_connected(std::uint32_t c);
     void accept_all();
+    void check_deadlines(Clock::time_point now);
+    // A peer whose last connection closed: freed (with its Addr) at the end
+    // of the progress call, if it is still idle then.
+    void retire_peers();
+    [[nodiscard]] bool peer_idle(const Peer &p) const;
 
     // sending
     bool start_send(std::uint32_t i, Peer &p);
@@ -224,6 +263,8 @@ private:
     void copy_into_op(std::uint32_t i, std::size_t off, const std::byte *src, std::size_t n);
     bool match_recv(Peer &p, Tag tag, std::uint32_t &out);
     static std::deque<Early>::iterator find_early(Peer &p, std::uint64_t serial);
+    std::deque<Early>::iterator drop_early(Peer &p, std::deque<Early>::iterator it);
+    Verdict over_budget(const char *why);
     void resume_peer(Addr addr);
     void announce_receive(Peer &p, std::uint32_t i);
 
@@ -233,6 +274,7 @@ private:
     using FrameHandlers = std::array<FrameHandler, static_cast<std::size_t>(FrameType::direct) + 1>;
     static const FrameHandlers frame_handlers_;
     Verdict on_eager(std::uint32_t c, Peer &p, const FrameHeader &h); // and direct
+    Verdict charge_early(Peer &p, std::size_t charge);
     Verdict on_unexpected(std::uint32_t c, Peer &p, const FrameHeader &h);
     Verdict on_rts(std::uint32_t c, Peer &p, const FrameHeader &h);
     Verdict on_cts(std::uint32_t c, Peer &p, const FrameHeader &h);
@@ -243,7 +285,7 @@ private:
     Verdict on_pong(std::uint32_t c, Peer &p, const FrameHeader &h);
     Verdict on_ready(std::uint32_t c, Peer &p, const FrameHeader &h);
     void sink_matched_eager(std::uint32_t c, std::uint32_t i, const FrameHeader &h);
-    static void sink_early_eager(Conn &k, Peer &p, const FrameHeader &h);
+    void sink_early_eager(std::uint32_t c, Peer &p, const FrameHeader &h);
     void answer_rts(std::uint32_t c, Peer &p, std::uint32_t i, const FrameHeader &h);
     static bool take_ready(Peer &p, Tag tag, Ready &out);
     static void note_sent(Peer &p, Tag tag);
@@ -282,6 +324,31 @@ private:
     // spinning test* cost more than the wait that fills them.
     std::array<ReadyEvent, max_events> events_{};
     std::uint64_t direct_sends_ = 0;
+
+    // Limits (Limits::max_connections and after; docs/bmi.md "Limits").
+    std::size_t accepted_open_ = 0;
+    std::unordered_map<std::string, std::size_t> per_source_;
+    std::size_t early_total_ = 0;         // early bytes (and RTS charges), all peers
+    std::size_t unexpected_inflight_ = 0; // unexpected payloads being received
+    std::uint64_t refused_ = 0;
+    Clock::time_point next_deadline_check_;
+    std::vector<Addr> retiring_;
+    const char *close_why_ = nullptr; // why a handler's Verdict::close closes
+    int close_error_ = -EPROTO;
+    // Refusals are logged at most once a minute each, with how many were
+    // not.
+    struct RateLog {
+        Clock::time_point last{};
+        std::uint64_t unlogged = 0;
+        // True when this event is to be logged (unlogged then says how many
+        // were not since the last line).
+        bool due(Clock::time_point now);
+    };
+    RateLog refused_log_;
+    RateLog deadline_log_;
+    RateLog budget_log_;
+    static void log_refusal(RateLog &log, std::string_view what);
+    void flush_rate_logs(Clock::time_point now);
 };
 
 } // namespace bmi::tcp

@@ -132,6 +132,8 @@ void TcpMethod::resume_peer(Addr addr)
         Conn &k = *conns_[c];
         if (k.paused) {
             k.paused = false;
+            // It waited for us, not for its peer: the deadline restarts.
+            k.frame_started = k.mid_frame() ? Clock::now() : Clock::time_point{};
             update_events(c);
             to_parse_.push_back(c);
         }
@@ -206,12 +208,39 @@ TcpMethod::Verdict TcpMethod::on_eager(std::uint32_t c, Peer &p, const FrameHead
     if (match_recv(p, h.tag, i)) {
         sink_matched_eager(c, i, h);
     } else {
-        if (p.early_bytes + h.size > early_peer_bytes && p.early_bytes > 0)
-            return Verdict::pause;
-        sink_early_eager(k, p, h);
+        if (const Verdict v = charge_early(p, h.size); v != Verdict::accept)
+            return v;
+        sink_early_eager(c, p, h);
     }
     k.payload_left = h.size;
     return Verdict::accept;
+}
+
+// Room for an early message of charge bytes: over the peer's budget its
+// connection pauses until that frees (its own receives drain it); over the
+// budget of all peers together, which a flood of fresh URLs would fill, the
+// frame is not buffered and its connection closes.
+TcpMethod::Verdict TcpMethod::charge_early(Peer &p, std::size_t charge)
+{
+    if (p.early_bytes + charge > early_peer_bytes && p.early_bytes > 0)
+        return Verdict::pause;
+    if (early_total_ + charge > core_.limits.early_total_bytes)
+        return over_budget("early messages over the global budget (early_total_bytes)");
+    return Verdict::accept;
+}
+
+TcpMethod::Verdict TcpMethod::over_budget(const char *why)
+{
+    close_why_ = why;
+    close_error_ = -ENOBUFS;
+    return Verdict::close;
+}
+
+std::deque<Early>::iterator TcpMethod::drop_early(Peer &p, std::deque<Early>::iterator it)
+{
+    p.early_bytes -= std::min(p.early_bytes, it->charge);
+    early_total_ -= std::min(early_total_, it->charge);
+    return p.early.erase(it);
 }
 
 // A payload larger than its receive fails the receive, not the connection.
@@ -234,15 +263,21 @@ void TcpMethod::sink_matched_eager(std::uint32_t c, std::uint32_t i, const Frame
     o.actual = h.size;
 }
 
-void TcpMethod::sink_early_eager(Conn &k, Peer &p, const FrameHeader &h)
+void TcpMethod::sink_early_eager(std::uint32_t c, Peer &p, const FrameHeader &h)
 {
+    Conn &k = *conns_[c];
     Early e;
     e.serial = ++p.early_serial;
     e.tag = h.tag;
     e.type = FrameType::eager;
     e.size = h.size;
-    e.data.resize(h.size);
-    p.early_bytes += h.size;
+    e.charge = h.size;
+    e.conn = c;
+    e.conn_generation = k.generation;
+    // The payload's bytes are allocated as they arrive (parse), not on the
+    // word of the header.
+    p.early_bytes += e.charge;
+    early_total_ += e.charge;
     p.early.push_back(std::move(e));
     k.sink = Sink::early;
     k.early_serial = p.early.back().serial;
@@ -256,9 +291,17 @@ TcpMethod::Verdict TcpMethod::on_unexpected(std::uint32_t c, Peer &p, const Fram
     if (core_.unexpected_pool->outstanding(p.addr) + h.size > core_.limits.unexpected_peer_bytes &&
         core_.unexpected_pool->outstanding(p.addr) > 0)
         return Verdict::pause;
+    // The peer's budget holds while its connections last; a fresh URL per
+    // connection gets a fresh one, so all peers together have one too.
+    if (core_.unexpected_pool->total() + unexpected_inflight_ + h.size >
+        core_.limits.unexpected_total_bytes)
+        return over_budget("unexpected messages over the global budget (unexpected_total_bytes)");
     Conn &k = *conns_[c];
     k.sink = Sink::unexpected;
-    k.sink_buf = core_.unexpected_pool->take(h.size);
+    // A reused buffer, or none: parse grows it as the payload arrives.
+    k.sink_buf = core_.unexpected_pool->take(0);
+    k.unexpected_reserved = h.size;
+    unexpected_inflight_ += h.size;
     k.sink_off = 0;
     k.payload_left = h.size;
     return Verdict::accept;
@@ -273,12 +316,19 @@ TcpMethod::Verdict TcpMethod::on_rts(std::uint32_t c, Peer &p, const FrameHeader
         answer_rts(c, p, i, h);
         return Verdict::accept;
     }
+    if (const Verdict v = charge_early(p, early_rts_charge); v != Verdict::accept)
+        return v;
     Early e;
     e.serial = ++p.early_serial;
     e.tag = h.tag;
     e.type = FrameType::rts;
     e.size = h.size;
     e.cookie = h.cookie;
+    e.charge = early_rts_charge;
+    e.conn = c;
+    e.conn_generation = conns_[c]->generation;
+    p.early_bytes += e.charge;
+    early_total_ += e.charge;
     p.early.push_back(std::move(e));
     return Verdict::accept;
 }
@@ -384,7 +434,8 @@ TcpMethod::Verdict TcpMethod::on_cancel(std::uint32_t /*c*/, Peer &p, const Fram
     }
     for (auto it = p.early.begin(); it != p.early.end(); ++it) {
         if (it->type == FrameType::rts && it->cookie == h.cookie) {
-            p.early.erase(it);
+            drop_early(p, it);
+            resume_peer(p.addr);
             return Verdict::accept;
         }
     }
@@ -433,6 +484,7 @@ void TcpMethod::payload_done(std::uint32_t c)
     Peer *p = peer_ptr(k.peer);
     const Sink sink = k.sink;
     k.sink = Sink::none;
+    k.frame_started = {};
     switch (sink) {
     case Sink::hello: {
         HelloBody body;
@@ -514,8 +566,7 @@ void TcpMethod::payload_done(std::uint32_t c)
                 const std::size_t n = std::min(it->size, o.total);
                 copy_into_op(i, 0, it->data.data(), n);
                 const int err = it->size > o.total ? -EMSGSIZE : 0;
-                p->early_bytes -= std::min(p->early_bytes, it->data.size());
-                p->early.erase(it);
+                drop_early(*p, it);
                 finish(i, err, n);
                 resume_peer(p->addr);
             }
@@ -523,6 +574,8 @@ void TcpMethod::payload_done(std::uint32_t c)
         return;
     }
     case Sink::unexpected:
+        unexpected_inflight_ -= std::min(unexpected_inflight_, k.unexpected_reserved);
+        k.unexpected_reserved = 0;
         core_.deliver_unexpected(
             core_.unexpected_pool->make(p->addr, k.h.tag, std::move(k.sink_buf), k.h.size));
         k.sink_buf = {};
@@ -550,13 +603,22 @@ bool TcpMethod::parse(std::uint32_t c)
                     copy_into_op(k.sink_op, k.sink_off, src, n);
                     break;
                 case Sink::hello:
+                    std::memcpy(k.sink_buf.data() + k.sink_off, src, n);
+                    break;
                 case Sink::unexpected:
+                    // Grown as bytes arrive (geometrically: resize keeps
+                    // the capacity's doubling).
+                    if (k.sink_buf.size() < k.sink_off + n)
+                        k.sink_buf.resize(k.sink_off + n);
                     std::memcpy(k.sink_buf.data() + k.sink_off, src, n);
                     break;
                 case Sink::early: {
                     Peer &p = *peer_ptr(k.peer);
-                    if (const auto it = find_early(p, k.early_serial); it != p.early.end())
+                    if (const auto it = find_early(p, k.early_serial); it != p.early.end()) {
+                        if (it->data.size() < k.sink_off + n)
+                            it->data.resize(k.sink_off + n);
                         std::memcpy(it->data.data() + k.sink_off, src, n);
+                    }
                     break;
                 }
                 default:
@@ -586,7 +648,14 @@ bool TcpMethod::parse(std::uint32_t c)
         }
         const Verdict v = on_header(c, h);
         if (v == Verdict::close) {
-            close_conn(c, -EPROTO, "frame out of sequence");
+            const char *why = close_why_ != nullptr ? close_why_ : "frame out of sequence";
+            const int error = close_why_ != nullptr ? close_error_ : -EPROTO;
+            close_why_ = nullptr;
+            if (error == -ENOBUFS) {
+                const std::string who = core_.url_of(k.peer);
+                log_refusal(budget_log_, "closing connection to " + who + ": " + why);
+            }
+            close_conn(c, error, why);
             return false;
         }
         if (v == Verdict::pause) {
@@ -603,6 +672,8 @@ bool TcpMethod::parse(std::uint32_t c)
         }
         if (k.payload_left == 0 && k.sink != Sink::none)
             payload_done(c);
+        else if (k.payload_left == 0)
+            k.frame_started = {}; // a frame without payload: done
     }
     return false;
 }
@@ -616,6 +687,11 @@ bool TcpMethod::handle_readable(std::uint32_t c)
     for (int round = 0; round < 16; ++round) {
         if (k.closed || k.paused)
             return true;
+        // The stage comes with bytes, small, and doubles (up to stage_size,
+        // once the hello is in) when a read fills it: a connection costs
+        // what it sends, not what its headers announce.
+        if (k.stage.empty())
+            k.stage.resize(hello_stage_size);
         ssize_t r = 0;
         std::size_t asked = 0;
         const bool direct = k.sink == Sink::op && k.rb == k.re && k.payload_left >= direct_read_min;
@@ -659,9 +735,12 @@ bool TcpMethod::handle_readable(std::uint32_t c)
                 payload_done(c);
         } else {
             k.re += got;
+            if (got == asked && k.hello_received && k.stage.size() < stage_size)
+                k.stage.resize(std::min(stage_size, k.stage.size() * 2));
         }
         if (!parse(c))
             return true;
+        note_frame_progress(k);
         // A read shorter than asked emptied the socket's queue: data that
         // comes later wakes the engine again (epoll: level-triggered;
         // io_uring: the multishot poll posts a completion per wake-up), so
@@ -669,7 +748,7 @@ bool TcpMethod::handle_readable(std::uint32_t c)
         // any small read may stop here: epoll reports what is left.
         if (got < asked)
             return true;
-        if (engine_->level_triggered() && !direct && got < stage_size / 2)
+        if (engine_->level_triggered() && !direct && got < k.stage.size() / 2)
             return true;
     }
     return false;

@@ -20,6 +20,8 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -84,17 +86,19 @@ TcpMethod::~TcpMethod()
 
 Peer *TcpMethod::peer_ptr(Addr addr)
 {
-    if (addr == no_addr || addr > peers_.size() || !peers_[addr - 1])
+    const std::uint32_t slot = addr_slot(addr);
+    if (slot == 0 || slot > peers_.size() || !peers_[slot - 1] || peers_[slot - 1]->addr != addr)
         return nullptr;
-    return peers_[addr - 1].get();
+    return peers_[slot - 1].get();
 }
 
 Peer &TcpMethod::peer_of(Addr addr)
 {
-    if (addr > peers_.size())
-        peers_.resize(addr);
-    auto &slot = peers_[addr - 1];
-    if (!slot) {
+    const std::uint32_t n = addr_slot(addr);
+    if (n > peers_.size())
+        peers_.resize(n);
+    auto &slot = peers_[n - 1];
+    if (!slot || slot->addr != addr) { // empty, or the slot's previous peer
         slot = std::make_unique<Peer>();
         slot->addr = addr;
     }
@@ -179,6 +183,10 @@ std::uint32_t TcpMethod::new_conn(UniqueFd fd)
     k.peer = no_addr;
     k.connecting = k.hello_received = k.paused = false;
     k.closed = false;
+    k.accepted = false;
+    k.source.clear();
+    k.frame_started = {};
+    k.unexpected_reserved = 0;
     k.events = 0;
     k.tx.clear();
     k.rb = k.re = 0;
@@ -276,11 +284,123 @@ void TcpMethod::accept_all()
                     gossip::error(gossip::Mask::tcp, "accept: {}", errno_text(errno));
                 break;
             }
+            // The caps: a connection over them is closed at once (reset,
+            // so it leaves nothing behind), before anything is allocated.
+            std::string source;
+            if (sa.ss_family == AF_INET) {
+                const auto &in = reinterpret_cast<const sockaddr_in &>(sa);
+                source.assign(reinterpret_cast<const char *>(&in.sin_addr), sizeof in.sin_addr);
+            } else if (sa.ss_family == AF_INET6) {
+                const auto &in6 = reinterpret_cast<const sockaddr_in6 &>(sa);
+                source.assign(reinterpret_cast<const char *>(&in6.sin6_addr), sizeof in6.sin6_addr);
+            }
+            const auto from = per_source_.find(source);
+            const std::size_t from_count = from == per_source_.end() ? 0 : from->second;
+            if (accepted_open_ >= core_.limits.max_connections ||
+                from_count >= core_.limits.max_connections_per_address) {
+                const linger reset{1, 0};
+                ::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+                ++refused_;
+                log_refusal(
+                    refused_log_,
+                    fmt::format("connection from {} refused: {} connections open "
+                                "(max_connections {}), {} from that address (max {})",
+                                net::sockaddr_url("tcp", reinterpret_cast<const sockaddr *>(&sa)),
+                                accepted_open_, core_.limits.max_connections, from_count,
+                                core_.limits.max_connections_per_address));
+                continue;
+            }
             tune_socket(fd.get());
             const std::uint32_t c = new_conn(std::move(fd));
+            Conn &k = *conns_[c];
+            k.accepted = true;
+            k.opened = Clock::now();
+            ++accepted_open_;
+            ++per_source_[source];
+            k.source = std::move(source);
             queue_hello(c);
             update_events(c);
         }
+    }
+}
+
+bool TcpMethod::RateLog::due(Clock::time_point now)
+{
+    if (last != Clock::time_point{} && now - last < std::chrono::minutes(1)) {
+        ++unlogged;
+        return false;
+    }
+    last = now;
+    return true;
+}
+
+void TcpMethod::log_refusal(RateLog &log, std::string_view what)
+{
+    if (!log.due(Clock::now()))
+        return;
+    if (log.unlogged == 0)
+        gossip::warning(gossip::Mask::tcp, "{}", what);
+    else
+        gossip::warning(gossip::Mask::tcp, "{} ({} more like it in the last minute)", what,
+                        log.unlogged);
+    log.unlogged = 0;
+}
+
+// Events not logged in the last minute are counted once it is over, even if
+// no new one comes to carry the count.
+void TcpMethod::flush_rate_logs(Clock::time_point now)
+{
+    const auto flush = [now](RateLog &log, std::string_view what) {
+        if (log.unlogged == 0 || now - log.last < std::chrono::minutes(1))
+            return;
+        gossip::warning(gossip::Mask::tcp, "{} {} in the last minute", log.unlogged, what);
+        log.unlogged = 0;
+        log.last = now;
+    };
+    flush(refused_log_, "more connections refused at accept (connection caps)");
+    flush(deadline_log_, "more connections closed for a missed hello or frame deadline");
+    flush(budget_log_, "more connections closed over a global message budget");
+}
+
+// The hello and frame deadlines (Limits::hello_timeout, frame_timeout): a
+// connection that takes longer is closed.  A paused connection waits for
+// this side's budget, not for its peer: its clock restarts on resume.
+void TcpMethod::check_deadlines(Clock::time_point now)
+{
+    for (std::uint32_t c = 0; c < conns_.size(); ++c) {
+        Conn &k = *conns_[c];
+        if (k.closed)
+            continue;
+        const char *what = nullptr;
+        std::chrono::milliseconds limit{};
+        if (k.accepted && !k.hello_received && now - k.opened >= core_.limits.hello_timeout) {
+            what = "no hello";
+            limit = core_.limits.hello_timeout;
+        } else if (!k.paused && k.frame_started != Clock::time_point{} &&
+                   now - k.frame_started >= core_.limits.frame_timeout) {
+            what = "a frame not finished";
+            limit = core_.limits.frame_timeout;
+        }
+        if (what == nullptr)
+            continue;
+        const std::string who = k.peer != no_addr ? core_.url_of(k.peer) : "an unidentified peer";
+        const std::string why = fmt::format("{} within {} ms", what, limit.count());
+        log_refusal(deadline_log_, fmt::format("closing connection to {}: {}", who, why));
+        close_conn(c, -ETIMEDOUT, why);
+    }
+}
+
+std::uint64_t TcpMethod::counter(Info key) const
+{
+    switch (key) {
+    case Info::refused_connections:
+        return refused_;
+    case Info::early_bytes:
+        return early_total_;
+    case Info::unexpected_bytes:
+        return unexpected_inflight_;
+    default:
+        return 0;
     }
 }
 
@@ -299,26 +419,72 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
     engine_->remove(k.fd.get(), event_key(c, k.generation));
     k.fd.reset();
     k.closed = true;
+    if (k.accepted) {
+        --accepted_open_;
+        if (const auto it = per_source_.find(k.source);
+            it != per_source_.end() && --it->second == 0)
+            per_source_.erase(it);
+        k.accepted = false;
+    }
+    unexpected_inflight_ -= std::min(unexpected_inflight_, k.unexpected_reserved);
+    k.unexpected_reserved = 0;
+    k.frame_started = {};
     // Owned bytes die with the connection; ops referenced by items are failed below.
     k.tx.clear();
     k.sink = Sink::none;
     k.sink_op = no_index;
-    k.sink_buf.clear();
+    // A closed slot keeps no buffers: it may stay unused for long.
+    std::vector<std::byte>().swap(k.sink_buf);
+    std::vector<std::byte>().swap(k.stage);
+    k.rb = k.re = 0;
     free_conns_.push_back(c);
     if (Peer *p = peer_ptr(k.peer)) {
         std::erase(p->conns, c);
         if (p->tx_conn == c)
             p->tx_conn = no_index;
         fail_peer_ops(*p, error);
-        // Early messages that had not fully arrived are gone with the sender.
+        // Early messages die with the connection they came on: a message
+        // nobody received by then is nobody's (a sender that reconnects
+        // sends it again, or its op failed).
         for (auto it = p->early.begin(); it != p->early.end();) {
-            if (it->type == FrameType::rts || !it->complete) {
-                p->early_bytes -= std::min(p->early_bytes, it->data.size());
-                it = p->early.erase(it);
-            } else {
+            if (it->conn == c && it->conn_generation == k.generation)
+                it = drop_early(*p, it);
+            else
                 ++it;
-            }
         }
+        if (p->conns.empty())
+            retiring_.push_back(p->addr);
+    }
+}
+
+// The user freed an unexpected message: its peer may read again, or, with
+// no connection left, go.
+void TcpMethod::unexpected_released(Addr addr)
+{
+    resume_peer(addr);
+    if (const Peer *p = peer_ptr(addr); p != nullptr && p->conns.empty())
+        retiring_.push_back(addr);
+}
+
+bool TcpMethod::peer_idle(const Peer &p) const
+{
+    return p.conns.empty() && p.ops.empty() && p.early.empty() &&
+           core_.unexpected_pool->outstanding(p.addr) == 0 && !core_.pinned(p.addr);
+}
+
+// Peers that came only by connecting here (never looked up by the user) go
+// with their last connection, once their ops have failed and the user has
+// freed their unexpected messages: a flood of fresh URLs leaves nothing.
+void TcpMethod::retire_peers()
+{
+    while (!retiring_.empty()) {
+        const Addr a = retiring_.back();
+        retiring_.pop_back();
+        Peer *p = peer_ptr(a);
+        if (p == nullptr || !peer_idle(*p))
+            continue;
+        peers_[addr_slot(a) - 1].reset();
+        core_.forget_peer(a);
     }
 }
 
@@ -331,6 +497,7 @@ void TcpMethod::drop_peer(Addr addr, int error)
     for (const std::uint32_t c : conns)
         close_conn(c, error, "dropped by request");
     fail_peer_ops(*p, error);
+    retiring_.push_back(addr);
 }
 
 // ----------------------------------------------------------------- op life
@@ -450,7 +617,8 @@ bool TcpMethod::post(std::uint32_t i)
                 continue;
             if (it->type == FrameType::rts) {
                 const Early e = std::move(*it);
-                p.early.erase(it);
+                drop_early(p, it);
+                resume_peer(p.addr);
                 o.mstate = st_recv_rndv;
                 if (e.size > o.total) {
                     FrameHeader h;
@@ -480,8 +648,7 @@ bool TcpMethod::post(std::uint32_t i)
             const std::size_t n = std::min(it->size, o.total);
             const int err = it->size > o.total ? -EMSGSIZE : 0;
             copy_into_op(i, 0, it->data.data(), n);
-            p.early_bytes -= std::min(p.early_bytes, it->data.size());
-            p.early.erase(it);
+            drop_early(p, it);
             resume_peer(p.addr);
             p.ops.remove(core_.ops, i);
             o.in_peer_list = false;
@@ -528,11 +695,27 @@ void TcpMethod::progress(int timeout_ms)
         Conn &k = *conns_[c];
         if (k.closed || k.paused)
             continue;
-        if (parse(c) && !handle_readable(c))
+        const bool open = parse(c);
+        if (!k.closed)
+            note_frame_progress(k);
+        if (open && !handle_readable(c))
             unread_.push_back(c);
     }
     if (!unread_.empty() || !dirty_.empty())
         timeout_ms = 0;
+
+    // Deadlines are checked at a quarter of the shorter one (at most once a
+    // second): while connections that proved nothing are open, the sleep
+    // ends in time for the check.
+    const auto check_every =
+        std::clamp(std::min(core_.limits.hello_timeout, core_.limits.frame_timeout) / 4,
+                   std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+    if (accepted_open_ > 0 && timeout_ms != 0) {
+        const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+            next_deadline_check_ - Clock::now());
+        const int cap = static_cast<int>(std::max<long long>(until.count() + 1, 0));
+        timeout_ms = timeout_ms < 0 ? cap : std::min(timeout_ms, cap);
+    }
 
     const std::size_t n = engine_->wait(events_, timeout_ms);
     for (std::size_t e = 0; e < n; ++e) {
@@ -575,6 +758,12 @@ void TcpMethod::progress(int timeout_ms)
             flush(c);
     }
     ping_waiting_peers();
+    if (const auto after = Clock::now(); after >= next_deadline_check_) {
+        next_deadline_check_ = after + check_every;
+        check_deadlines(after);
+        flush_rate_logs(after);
+    }
+    retire_peers();
     // Frames queued while handling input (CTS, data chunks, ...) go out now
     // rather than after another trip through the engine.
     while (!dirty_.empty()) {

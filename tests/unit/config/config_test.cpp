@@ -143,6 +143,8 @@ config::Cluster unusual_cluster()
     c.defaults.session_ttl_ms = 90'000;
     c.defaults.max_sessions = 7;
     c.defaults.lease_ms = 3000;
+    c.defaults.max_connections = 100;
+    c.defaults.max_connections_per_address = 5;
     c.servers = {
         {"a", {"tcp://[::1]:1", "ib://[fe80::1]:65535"}, true, true, "/s/a"},
         {"b", {"ib://host-b.example:4000"}, false, true, "/s/b"},
@@ -177,6 +179,8 @@ ATF_TEST_CASE_BODY(example_parses)
     ATF_REQUIRE_EQ(c.defaults.session_ttl_ms, 86'400'000U);
     ATF_REQUIRE_EQ(c.defaults.max_sessions, 65536U);
     ATF_REQUIRE_EQ(c.defaults.lease_ms, 90'000U);
+    ATF_REQUIRE_EQ(c.defaults.max_connections, 4096U);
+    ATF_REQUIRE_EQ(c.defaults.max_connections_per_address, 64U);
     ATF_REQUIRE_EQ(c.servers.size(), 4U);
     ATF_REQUIRE_EQ(c.servers[0].name, "meta0");
     ATF_REQUIRE(c.servers[0].addresses ==
@@ -223,6 +227,13 @@ ATF_TEST_CASE_BODY(round_trip)
                 std::string::npos);
     // Without metrics, the text has no such line (its hash is as before).
     ATF_REQUIRE(config::to_toml(example.cluster).find("metrics_") == std::string::npos);
+    ATF_REQUIRE(text.find("max_connections = 100\n") != std::string::npos);
+    ATF_REQUIRE(text.find("max_connections_per_address = 5\n") != std::string::npos);
+    // Left at their defaults, the caps are not written (the hash of such a
+    // cluster is what it was before they existed).
+    ATF_REQUIRE(config::to_toml(example.cluster).find("max_connections") == std::string::npos);
+    ATF_REQUIRE(text.find("group_commit = false\n") != std::string::npos);
+    ATF_REQUIRE(config::to_toml(example.cluster).find("group_commit") == std::string::npos);
     // A stripe count equal to the number of data servers is "every one".
     ATF_REQUIRE(config::to_toml(example.cluster).find("stripe_count = 0") != std::string::npos);
 }
@@ -369,6 +380,10 @@ ATF_TEST_CASE_BODY(defaults_errors)
                  "t.toml:19: defaults.max_sessions: ", "0 is not in 1 .. 16777216");
     expect_error(defaults("max_sessions = 16777217"),
                  "t.toml:19: defaults.max_sessions: ", "is not in");
+    expect_error(defaults("max_connections = 0"),
+                 "t.toml:19: defaults.max_connections: ", "0 is not in 1 .. 1048576");
+    expect_error(defaults("max_connections_per_address = 1048577"),
+                 "t.toml:19: defaults.max_connections_per_address: ", "is not in");
 
     const config::Cluster c = parse_ok(defaults("stripe_count = 1\nstripe_size = 65536"));
     ATF_REQUIRE(c.defaults.default_layout == (pvfs::Layout{65536, 1, 0}));
