@@ -206,10 +206,12 @@ private:
             throw std::system_error(EBUSY, std::generic_category(), "bmi tcp: io_uring SQ full");
         return sqe;
     }
+    // EPOLLRDHUP too: a multishot poll is edge-triggered, and the method
+    // must know the peer's FIN from data (see Engine).
     void arm(int fd, std::uint64_t key, std::uint32_t events)
     {
         io_uring_sqe *sqe = sqe_for_submit();
-        ::io_uring_prep_poll_multishot(sqe, fd, events | EPOLLERR | EPOLLHUP);
+        ::io_uring_prep_poll_multishot(sqe, fd, events | EPOLLERR | EPOLLHUP | EPOLLRDHUP);
         ::io_uring_sqe_set_data64(sqe, key);
     }
 

@@ -1,8 +1,12 @@
 // Progress engines of the TCP method: they report which sockets are ready.
 // Two implementations: epoll, and io_uring (multishot poll requests whose
 // changes are batched into the wait's own submission).  The method reads
-// and writes until EAGAIN before it waits, so it is correct whether an
-// engine reports readiness by level (epoll) or by edge (io_uring).
+// and writes until EAGAIN, or a read shorter than asked, before it waits,
+// so it is correct whether an engine reports readiness by level (epoll) or
+// by edge (io_uring): data that comes later is a new wake-up.  The end of
+// a stream is not: an edge-triggered engine reports the peer's FIN
+// (EPOLLRDHUP), a reset or an error (EPOLLHUP, EPOLLERR) once, so after
+// that the method reads on until recv returns 0 or the error.
 #ifndef PVFS_LIBNET_TCP_ENGINE_HPP
 #define PVFS_LIBNET_TCP_ENGINE_HPP
 
@@ -15,7 +19,7 @@ namespace bmi::tcp {
 
 struct ReadyEvent {
     std::uint64_t key = 0;
-    std::uint32_t events = 0; // EPOLLIN, EPOLLOUT, EPOLLERR, EPOLLHUP bits
+    std::uint32_t events = 0; // EPOLLIN, EPOLLOUT, EPOLLERR, EPOLLHUP, EPOLLRDHUP bits
 };
 
 class Engine {

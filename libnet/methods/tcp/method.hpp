@@ -109,6 +109,7 @@ struct Conn {
     bool hello_received = false;
     bool paused = false;        // not reading: a budget is exhausted
     bool write_blocked = false; // the socket returned EAGAIN on the last write
+    bool hung_up = false;       // the engine reported EPOLLRDHUP, EPOLLHUP or EPOLLERR
     bool closed = true;
     bool accepted = false; // incoming: counts against the connection caps
     std::uint32_t events = 0;

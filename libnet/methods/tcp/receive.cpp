@@ -744,9 +744,13 @@ bool TcpMethod::handle_readable(std::uint32_t c)
         // A read shorter than asked emptied the socket's queue: data that
         // comes later wakes the engine again (epoll: level-triggered;
         // io_uring: the multishot poll posts a completion per wake-up), so
-        // the EAGAIN read is not needed.  Under level-triggered readiness
-        // any small read may stop here: epoll reports what is left.
-        if (got < asked)
+        // the EAGAIN read is not needed.  Not once the peer has hung up: a
+        // read also comes up short at its FIN, or before a reset's error,
+        // and io_uring reported that end once, maybe in the very completion
+        // this read answers; only the next recv (0 or the error) closes.
+        // Under level-triggered readiness any small read may stop here:
+        // epoll reports what is left.
+        if (got < asked && !k.hung_up)
             return true;
         if (engine_->level_triggered() && !direct && got < k.stage.size() / 2)
             return true;

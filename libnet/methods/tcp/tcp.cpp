@@ -194,6 +194,7 @@ std::uint32_t TcpMethod::new_conn(UniqueFd fd)
     k.sink_op = no_index;
     k.payload_left = 0;
     k.write_blocked = false;
+    k.hung_up = false;
     engine_->add(k.fd.get(), event_key(c, k.generation), EPOLLIN);
     k.events = EPOLLIN;
     return c;
@@ -749,6 +750,10 @@ void TcpMethod::progress(int timeout_ms)
             on_connected(c);
             flush(c);
         }
+        // The peer's FIN, a reset or an error: permanent, and reported once
+        // by an edge-triggered engine, so handle_readable reads to the end.
+        if ((what & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0)
+            k.hung_up = true;
         if ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0 && !k.paused &&
             std::find(unread_.begin(), unread_.end(), c) == unread_.end()) {
             if (!handle_readable(c))
