@@ -234,6 +234,74 @@ void raise_fd_limit(rlim_t want)
     ATF_REQUIRE_EQ(::setrlimit(RLIMIT_NOFILE, &rl), 0);
 }
 
+// Writes as much of bytes as the socket takes while the server runs (in
+// this thread), until all is written or nothing moved for 300 ms (the
+// server stopped reading).  Returns the count written.
+std::size_t pump(bmi::Bmi &server, int fd, const std::vector<std::byte> &bytes)
+{
+    std::size_t done = 0;
+    auto moved = Clock::now();
+    while (done < bytes.size() && Clock::now() - moved < 300ms) {
+        const ssize_t n =
+            ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            done += static_cast<std::size_t>(n);
+            moved = Clock::now();
+        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            break;
+        }
+        poke(server, 2);
+    }
+    return done;
+}
+
+// A hello claiming url, then `count` eager frames of `size` bytes on tags
+// from `tag` up (nobody receives them: early messages).
+std::vector<std::byte> hello_and_early(const std::string &url, int count, std::size_t size,
+                                       std::int32_t tag)
+{
+    std::vector<std::byte> out = hello(url);
+    for (int i = 0; i < count; ++i) {
+        const std::vector<std::byte> e = message(tcp::FrameType::eager, size, tag + i);
+        out.insert(out.end(), e.begin(), e.end());
+    }
+    return out;
+}
+
+// Pokes the server until done() or the time runs out; false then.
+template <typename Pred>
+bool poke_until(bmi::Bmi &server, std::chrono::milliseconds within, Pred done)
+{
+    const auto until = Clock::now() + within;
+    while (!done()) {
+        if (Clock::now() >= until)
+            return false;
+        poke(server);
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
+
+// The per-peer early budget (4 MiB) filled by one raw connection from
+// 127.0.0.src claiming url: the server stops reading from it.
+UniqueFd paused_connection(bmi::Bmi &server, int src, const std::string &url)
+{
+    const std::uint16_t port = port_of(server.listen_addresses().at(0));
+    UniqueFd fd = raw_connect(port, src);
+    const std::vector<std::byte> bytes = hello_and_early(url, 300, 16384, 1000);
+    const std::size_t written = pump(server, fd.get(), bytes);
+    poke(server, 20);
+    const std::uint64_t early = server.get_info(bmi::Info::early_bytes);
+    std::printf("%zu of %zu bytes written; %llu early bytes held\n", written, bytes.size(),
+                static_cast<unsigned long long>(early));
+    // Within a frame and its entry of the budget: full.
+    constexpr std::size_t per_peer = std::size_t{4} << 20; // method.hpp early_peer_bytes
+    ATF_REQUIRE(early + std::size_t{2} * (16384 + 256) >= per_peer);
+    ATF_REQUIRE(early <= per_peer);
+    ATF_REQUIRE_EQ(server.get_info(bmi::Info::open_connections), 1U);
+    return fd;
+}
+
 } // namespace
 
 // 10,000 connections opened and abandoned from three addresses: at most 64
@@ -696,6 +764,53 @@ ATF_TEST_CASE_BODY(early_budget_and_peers_freed)
     ATF_REQUIRE_EQ(server.post_send(stale, &byte, 1, 1, nullptr, sctx).error, -EINVAL);
 }
 
+namespace {
+
+// A connection paused on its peer's early budget (not read, watched for
+// nothing) whose peer then resets it: closed at once, with both engines.
+// Before, the error the engine kept reporting for it was ignored (epoll:
+// a busy loop) and the connection, its slot and caps stayed forever.
+void paused_reset(const char *engine)
+{
+    bmi::Bmi server(server_options(engine));
+    UniqueFd fd = paused_connection(server, 2, "tcp://198.18.0.6:1");
+    const linger reset{1, 0};
+    ATF_REQUIRE_EQ(::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    fd.reset();
+    const bool closed =
+        poke_until(server, 5s, [&] { return server.get_info(bmi::Info::open_connections) == 0; });
+    std::printf("%s: closed after the reset: %d\n", engine, static_cast<int>(closed));
+    ATF_REQUIRE(closed);
+    // Not spinning: a wait with nothing to do costs no CPU time to speak of.
+    rusage before{};
+    rusage after{};
+    ::getrusage(RUSAGE_THREAD, &before);
+    std::vector<bmi::UnexpectedMessage> none;
+    server.testunexpected(none, 1, 300);
+    ::getrusage(RUSAGE_THREAD, &after);
+    const auto cpu_us = [](const rusage &r) {
+        return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000000LL + r.ru_utime.tv_usec +
+               r.ru_stime.tv_usec;
+    };
+    const long long used = cpu_us(after) - cpu_us(before);
+    std::printf("%s: %lld us of CPU in a 300 ms wait\n", engine, used);
+    ATF_REQUIRE(used < 150000);
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(paused_reset_epoll);
+ATF_TEST_CASE_BODY(paused_reset_epoll)
+{
+    paused_reset("epoll");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(paused_reset_uring);
+ATF_TEST_CASE_BODY(paused_reset_uring)
+{
+    paused_reset("uring");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, connection_caps);
@@ -703,4 +818,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, hello_deadline);
     ATF_ADD_TEST_CASE(tcs, unexpected_flood);
     ATF_ADD_TEST_CASE(tcs, early_budget_and_peers_freed);
+    ATF_ADD_TEST_CASE(tcs, paused_reset_epoll);
+    ATF_ADD_TEST_CASE(tcs, paused_reset_uring);
 }

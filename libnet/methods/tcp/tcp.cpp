@@ -749,6 +749,14 @@ void TcpMethod::progress(int timeout_ms)
             on_connected(c);
             flush(c);
         }
+        if (k.paused && (what & (EPOLLERR | EPOLLHUP)) != 0) {
+            // Watched for nothing, yet both engines report an error or
+            // hang-up (epoll by level: at once again, forever, if it is
+            // not handled).  The peer is gone: the connection goes now,
+            // with its slot and caps.
+            close_conn(c, -ECONNRESET, "connection reset while paused");
+            continue;
+        }
         if ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0 && !k.paused &&
             std::find(unread_.begin(), unread_.end(), c) == unread_.end()) {
             if (!handle_readable(c))
