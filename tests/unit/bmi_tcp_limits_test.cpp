@@ -982,6 +982,79 @@ ATF_TEST_CASE_BODY(early_expires)
     ATF_REQUIRE(!closed_by_server(later.get()));
 }
 
+// A peer the user looked up is not held to the frame deadline: its
+// application may stop between BMI calls in the middle of a frame.  (A
+// peer that only connected is: slow_frames.)
+ATF_TEST_CASE_WITHOUT_HEAD(frame_deadline_spares_looked_up_peers);
+ATF_TEST_CASE_BODY(frame_deadline_spares_looked_up_peers)
+{
+    constexpr auto deadline = 1000ms;
+    bmi::Bmi server(server_options());
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::frame_timeout_ms, deadline.count()), 0);
+    const bmi::ContextId sctx = server.open_context();
+    const std::string claimed = "tcp://198.18.0.14:1";
+    const bmi::Addr peer = server.addr_lookup(claimed);
+    ATF_REQUIRE(peer != bmi::no_addr);
+    std::array<char, 200> buf{};
+    const bmi::Post r = server.post_recv(peer, buf.data(), buf.size(), 9, nullptr, sctx);
+    ATF_REQUIRE(r.ok() && !r.completed);
+    UniqueFd fd = raw_connect(port_of(server.listen_addresses().at(0)), 2);
+    std::vector<std::byte> out = hello(claimed);
+    const std::vector<std::byte> m = message(tcp::FrameType::eager, 100, 9);
+    out.insert(out.end(), m.begin(), m.begin() + 60);
+    ATF_REQUIRE(send_all(fd.get(), out));
+    const auto until = Clock::now() + 3 * deadline;
+    while (Clock::now() < until) {
+        poke(server);
+        std::this_thread::sleep_for(5ms);
+    }
+    ATF_REQUIRE(!closed_by_server(fd.get()));
+    ATF_REQUIRE(send_all(fd.get(), {m.begin() + 60, m.end()}));
+    bmi::Completion c;
+    ATF_REQUIRE(server.test(r.op, c, 5000));
+    ATF_REQUIRE_EQ(c.error, 0);
+    ATF_REQUIRE_EQ(c.actual_size, 100U);
+}
+
+// After a stall of the server (its application busy), more connections
+// are ready than one wait returns (64 events): those not served in that
+// progress call have bytes waiting unread when the deadlines are checked.
+// That delay is the server's, not the peers': they are read, not closed.
+ATF_TEST_CASE_WITHOUT_HEAD(frame_deadline_spares_unread_bytes);
+ATF_TEST_CASE_BODY(frame_deadline_spares_unread_bytes)
+{
+    constexpr auto deadline = 1000ms;
+    constexpr int count = 70;
+    bmi::Bmi server(server_options("epoll"));
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::frame_timeout_ms, deadline.count()), 0);
+    const std::uint16_t port = port_of(server.listen_addresses().at(0));
+    const std::vector<std::byte> m = message(tcp::FrameType::unexpected, 100, 1);
+    std::vector<UniqueFd> fds;
+    for (int n = 0; n < count; ++n) {
+        fds.push_back(raw_connect(port, 2 + n % 2));
+        std::vector<std::byte> out = hello("tcp://198.18.0.20:" + std::to_string(n + 1));
+        out.insert(out.end(), m.begin(), m.begin() + 50);
+        ATF_REQUIRE(send_all(fds.back().get(), out));
+    }
+    ATF_REQUIRE(poke_until(server, 5s,
+                           [&] { return server.get_info(bmi::Info::open_connections) == count; }));
+    poke(server, 20);                              // every frame begun
+    std::this_thread::sleep_for(deadline + 500ms); // the server stalls
+    for (const UniqueFd &fd : fds)
+        ATF_REQUIRE(send_all(fd.get(), {m.begin() + 50, m.end()}));
+    std::this_thread::sleep_for(50ms);
+    poke(server); // one progress call: 64 events, then the deadlines
+    std::vector<bmi::UnexpectedMessage> in;
+    const auto until = Clock::now() + 5s;
+    while (in.size() < count && Clock::now() < until)
+        server.testunexpected(in, count, 10);
+    const std::uint64_t open = server.get_info(bmi::Info::open_connections);
+    std::printf("%zu of %d messages, %llu connections open\n", in.size(), count,
+                static_cast<unsigned long long>(open));
+    ATF_REQUIRE_EQ(in.size(), static_cast<std::size_t>(count));
+    ATF_REQUIRE_EQ(open, static_cast<std::uint64_t>(count));
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, connection_caps);
@@ -995,4 +1068,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, early_outlives_connection);
     ATF_ADD_TEST_CASE(tcs, empty_early_frames_charged);
     ATF_ADD_TEST_CASE(tcs, early_expires);
+    ATF_ADD_TEST_CASE(tcs, frame_deadline_spares_looked_up_peers);
+    ATF_ADD_TEST_CASE(tcs, frame_deadline_spares_unread_bytes);
 }

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <fmt/format.h>
@@ -364,7 +365,10 @@ void TcpMethod::flush_rate_logs(Clock::time_point now)
 
 // The hello and frame deadlines (Limits::hello_timeout, frame_timeout): a
 // connection that takes longer is closed.  A paused connection waits for
-// this side's budget, not for its peer: its clock restarts on resume.
+// this side's budget, not for its peer: its clock restarts on resume.  A
+// peer the user looked up (a server of this client, say) is not held to
+// the frame deadline: its application may pause between BMI calls in the
+// middle of a frame, and its ops have the idle timeout.
 void TcpMethod::check_deadlines(Clock::time_point now)
 {
     for (std::uint32_t c = 0; c < conns_.size(); ++c) {
@@ -377,12 +381,22 @@ void TcpMethod::check_deadlines(Clock::time_point now)
             what = "no hello";
             limit = core_.limits.hello_timeout;
         } else if (!k.paused && k.frame_started != Clock::time_point{} &&
-                   now - k.frame_started >= core_.limits.frame_timeout) {
+                   now - k.frame_started >= core_.limits.frame_timeout &&
+                   (k.peer == no_addr || !core_.pinned(k.peer))) {
             what = "a frame not finished";
             limit = core_.limits.frame_timeout;
         }
         if (what == nullptr)
             continue;
+        // Bytes waiting unread are this side's delay (a stall of its
+        // application, or the bound on reads per call), not the peer's:
+        // they are read first and the deadline looked at again next round.
+        int waiting = 0;
+        if (::ioctl(k.fd.get(), FIONREAD, &waiting) == 0 && waiting > 0) {
+            if (std::find(unread_.begin(), unread_.end(), c) == unread_.end())
+                unread_.push_back(c);
+            continue;
+        }
         const std::string who = k.peer != no_addr ? core_.url_of(k.peer) : "an unidentified peer";
         const std::string why = fmt::format("{} within {} ms", what, limit.count());
         log_refusal(deadline_log_, fmt::format("closing connection to {}: {}", who, why));
