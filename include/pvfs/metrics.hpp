@@ -161,12 +161,12 @@ private:
 [[nodiscard]] bool valid_metric_name(std::string_view name) noexcept;
 [[nodiscard]] bool valid_label_name(std::string_view name) noexcept;
 
-// Replaces the file at `path` with `text` atomically (written to
-// path + ".tmp" in the same directory, then renamed over it), as
-// node_exporter's textfile collector wants: a reader sees the old file or
-// the new one, never a part.  Not fsynced: the file is a snapshot that the
-// next interval replaces anyway.  Returns 0 or a positive errno, with
-// `error` saying what failed.
+// Replaces the file at `path` with `text` atomically (written to a
+// temporary file with a random name, created exclusively in the same
+// directory, then renamed over it), as node_exporter's textfile collector
+// wants: a reader sees the old file or the new one, never a part.  Not
+// fsynced: the file is a snapshot that the next interval replaces anyway.
+// Returns 0 or a positive errno, with `error` saying what failed.
 int write_file_atomically(const std::string &path, std::string_view text, std::string &error);
 
 } // namespace pvfs::metrics

@@ -2,9 +2,11 @@
 #include "pvfs/metrics.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <stdexcept>
@@ -274,16 +276,52 @@ std::string Registry::render() const
 
 int write_file_atomically(const std::string &path, std::string_view text, std::string &error)
 {
-    const std::string tmp = path + ".tmp";
+    // The temporary file gets a fresh random name, created exclusively in
+    // the file's directory (opened once, so a directory renamed meanwhile
+    // cannot redirect the rename): in a directory others may write, a name
+    // they created first (a file, a FIFO, a link to their file) makes the
+    // create fail and another name is tried, instead of the write going
+    // into their file or the event loop blocking on their FIFO.
+    const auto slash = path.rfind('/');
+    std::string dir = ".";
+    std::string base = path;
+    if (slash != std::string::npos) {
+        dir = slash == 0 ? std::string("/") : path.substr(0, slash);
+        base = path.substr(slash + 1);
+    }
+    std::string tmp;      // the temporary's path, for messages
+    std::string tmp_name; // set once this call created it
+    UniqueFd dfd;
+    UniqueFd fd;
     const auto fail = [&](const std::string &what) {
         const int e = errno;
         error = fmt::format("{}: {}", what, std::generic_category().message(e));
-        static_cast<void>(::unlink(tmp.c_str()));
+        if (!tmp_name.empty() && dfd.valid())
+            static_cast<void>(::unlinkat(dfd.get(), tmp_name.c_str(), 0));
         return e;
     };
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+    dfd = UniqueFd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dfd.valid())
+        return fail(path);
+    for (int attempt = 0; attempt < 16 && !fd.valid(); ++attempt) {
+        std::array<unsigned char, 8> rnd{};
+        if (::getrandom(rnd.data(), rnd.size(), 0) != static_cast<ssize_t>(rnd.size()))
+            return fail(path);
+        std::string hex;
+        for (const unsigned char b : rnd)
+            hex += fmt::format("{:02x}", b);
+        const std::string name = fmt::format(".{}.{}.tmp", base, hex);
+        tmp = fmt::format("{}/{}", dir, name);
+        fd = UniqueFd(::openat(dfd.get(), name.c_str(),
+                               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                               0644));
+        if (fd.valid())
+            tmp_name = name;
+        else if (errno != EEXIST)
+            return fail(tmp);
+    }
     if (!fd.valid())
-        return fail(tmp);
+        return fail(tmp); // EEXIST every time
     std::size_t done = 0;
     while (done < text.size()) {
         const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
@@ -299,7 +337,7 @@ int write_file_atomically(const std::string &path, std::string_view text, std::s
     // close(2) may report what write(2) did not (on NFS, for one).
     if (::close(fd.release()) != 0)
         return fail(tmp);
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
+    if (::renameat(dfd.get(), tmp_name.c_str(), dfd.get(), base.c_str()) != 0)
         return fail(path);
     error.clear();
     return 0;

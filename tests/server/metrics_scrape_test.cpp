@@ -396,7 +396,12 @@ ATF_TEST_CASE_BODY(counts_traffic)
         const std::string file = (cl.files.dir / (name + ".prom")).string();
         require(server->stop(SIGTERM) == 0, name + " did not stop cleanly: " + server->log_text());
         require(!std::filesystem::exists(file), name + ": metrics file left after a clean stop");
-        require(!std::filesystem::exists(file + ".tmp"), name + ": temporary file left");
+        const std::string temporary = fmt::format(".{}.prom.", name);
+        for (const auto &e : std::filesystem::directory_iterator(cl.files.dir)) {
+            const std::string f = e.path().filename().string();
+            require(f.rfind(temporary, 0) != 0,
+                    fmt::format("{}: temporary file left: {}", name, f));
+        }
     }
 }
 

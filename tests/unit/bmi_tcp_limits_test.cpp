@@ -234,6 +234,74 @@ void raise_fd_limit(rlim_t want)
     ATF_REQUIRE_EQ(::setrlimit(RLIMIT_NOFILE, &rl), 0);
 }
 
+// Writes as much of bytes as the socket takes while the server runs (in
+// this thread), until all is written or nothing moved for 300 ms (the
+// server stopped reading).  Returns the count written.
+std::size_t pump(bmi::Bmi &server, int fd, const std::vector<std::byte> &bytes)
+{
+    std::size_t done = 0;
+    auto moved = Clock::now();
+    while (done < bytes.size() && Clock::now() - moved < 300ms) {
+        const ssize_t n =
+            ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            done += static_cast<std::size_t>(n);
+            moved = Clock::now();
+        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            break;
+        }
+        poke(server, 2);
+    }
+    return done;
+}
+
+// A hello claiming url, then `count` eager frames of `size` bytes on tags
+// from `tag` up (nobody receives them: early messages).
+std::vector<std::byte> hello_and_early(const std::string &url, int count, std::size_t size,
+                                       std::int32_t tag)
+{
+    std::vector<std::byte> out = hello(url);
+    for (int i = 0; i < count; ++i) {
+        const std::vector<std::byte> e = message(tcp::FrameType::eager, size, tag + i);
+        out.insert(out.end(), e.begin(), e.end());
+    }
+    return out;
+}
+
+// Pokes the server until done() or the time runs out; false then.
+template <typename Pred>
+bool poke_until(bmi::Bmi &server, std::chrono::milliseconds within, Pred done)
+{
+    const auto until = Clock::now() + within;
+    while (!done()) {
+        if (Clock::now() >= until)
+            return false;
+        poke(server);
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
+
+// The per-peer early budget (4 MiB) filled by one raw connection from
+// 127.0.0.src claiming url: the server stops reading from it.
+UniqueFd paused_connection(bmi::Bmi &server, int src, const std::string &url)
+{
+    const std::uint16_t port = port_of(server.listen_addresses().at(0));
+    UniqueFd fd = raw_connect(port, src);
+    const std::vector<std::byte> bytes = hello_and_early(url, 300, 16384, 1000);
+    const std::size_t written = pump(server, fd.get(), bytes);
+    poke(server, 20);
+    const std::uint64_t early = server.get_info(bmi::Info::early_bytes);
+    std::printf("%zu of %zu bytes written; %llu early bytes held\n", written, bytes.size(),
+                static_cast<unsigned long long>(early));
+    // Within a frame and its entry of the budget: full.
+    constexpr std::size_t per_peer = std::size_t{4} << 20; // method.hpp early_peer_bytes
+    ATF_REQUIRE(early + std::size_t{2} * (16384 + 256) >= per_peer);
+    ATF_REQUIRE(early <= per_peer);
+    ATF_REQUIRE_EQ(server.get_info(bmi::Info::open_connections), 1U);
+    return fd;
+}
+
 } // namespace
 
 // 10,000 connections opened and abandoned from three addresses: at most 64
@@ -651,15 +719,18 @@ ATF_TEST_CASE_BODY(peer_gone_mid_frame_uring)
 
 // Early messages (eager and RTS frames nobody has posted a receive for)
 // from fresh URLs: within the global early budget (over it the connection
-// is closed), RTS entries counted, all of it gone with the connections.
+// is closed), RTS entries counted, all of it gone with the connections
+// (an RTS) or once the idle timeout passes (a complete eager message).
 // Peers held by unexpected messages stay until the messages are freed.
 ATF_TEST_CASE_WITHOUT_HEAD(early_budget_and_peers_freed);
 ATF_TEST_CASE_BODY(early_budget_and_peers_freed)
 {
     constexpr std::size_t budget = std::size_t{1} << 20;
+    constexpr auto ttl = 3000ms; // complete early messages outlive their connection this long
     bmi::Bmi server(server_options());
     ATF_REQUIRE_EQ(server.set_info(bmi::Info::early_total_bytes, budget), 0);
     ATF_REQUIRE_EQ(server.set_info(bmi::Info::max_connections_per_address, 1000), 0);
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::idle_timeout_ms, ttl.count()), 0);
     const std::string url = server.listen_addresses().at(0);
     const std::uint16_t port = port_of(url);
     ATF_REQUIRE_EQ(server.get_info(bmi::Info::peers), 0U);
@@ -699,8 +770,8 @@ ATF_TEST_CASE_BODY(early_budget_and_peers_freed)
     // An RTS alone is charged.
     UniqueFd lone = raw_connect(port, 3);
     {
-        fds.clear(); // frees the early budget: the connections close
-        const auto until = Clock::now() + 5s;
+        fds.clear(); // the connections close; their messages expire
+        const auto until = Clock::now() + ttl + 5s;
         while (server.get_info(bmi::Info::early_bytes) > 0 ||
                server.get_info(bmi::Info::peers) > 0) {
             poke(server);
@@ -775,6 +846,294 @@ ATF_TEST_CASE_BODY(early_budget_and_peers_freed)
     ATF_REQUIRE_EQ(server.post_send(stale, &byte, 1, 1, nullptr, sctx).error, -EINVAL);
 }
 
+namespace {
+
+// A connection paused on its peer's early budget (not read, watched for
+// nothing) whose peer then resets it: closed at once, with both engines.
+// Before, the error the engine kept reporting for it was ignored (epoll:
+// a busy loop) and the connection, its slot and caps stayed forever.  The
+// complete early messages stay (their sender's ops are done).
+void paused_reset(const char *engine)
+{
+    bmi::Bmi server(server_options(engine));
+    UniqueFd fd = paused_connection(server, 2, "tcp://198.18.0.6:1");
+    const std::uint64_t early = server.get_info(bmi::Info::early_bytes);
+    const linger reset{1, 0};
+    ATF_REQUIRE_EQ(::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    fd.reset();
+    const bool closed =
+        poke_until(server, 5s, [&] { return server.get_info(bmi::Info::open_connections) == 0; });
+    std::printf("%s: closed after the reset: %d\n", engine, static_cast<int>(closed));
+    ATF_REQUIRE(closed);
+    ATF_REQUIRE_EQ(server.get_info(bmi::Info::early_bytes), early);
+    // Not spinning: a wait with nothing to do costs no CPU time to speak of.
+    rusage before{};
+    rusage after{};
+    ::getrusage(RUSAGE_THREAD, &before);
+    std::vector<bmi::UnexpectedMessage> none;
+    server.testunexpected(none, 1, 300);
+    ::getrusage(RUSAGE_THREAD, &after);
+    const auto cpu_us = [](const rusage &r) {
+        return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000000LL + r.ru_utime.tv_usec +
+               r.ru_stime.tv_usec;
+    };
+    const long long used = cpu_us(after) - cpu_us(before);
+    std::printf("%s: %lld us of CPU in a 300 ms wait\n", engine, used);
+    ATF_REQUIRE(used < 150000);
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(paused_reset_epoll);
+ATF_TEST_CASE_BODY(paused_reset_epoll)
+{
+    paused_reset("epoll");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(paused_reset_uring);
+ATF_TEST_CASE_BODY(paused_reset_uring)
+{
+    paused_reset("uring");
+}
+
+// A connection paused on its peer's early budget whose peer then only
+// half-closes (FIN, the socket kept): the early messages expire after the
+// idle timeout, the connection reads again, finds the end and closes; the
+// rest expire in turn and the peer goes.  Before, it stayed in CLOSE_WAIT
+// with its budget forever.
+ATF_TEST_CASE_WITHOUT_HEAD(paused_fin);
+ATF_TEST_CASE_BODY(paused_fin)
+{
+    constexpr auto ttl = 3000ms;
+    bmi::Bmi server(server_options());
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::idle_timeout_ms, ttl.count()), 0);
+    const auto start = Clock::now();
+    UniqueFd fd = paused_connection(server, 2, "tcp://198.18.0.8:1");
+    ATF_REQUIRE_EQ(::shutdown(fd.get(), SHUT_WR), 0);
+    const bool gone = poke_until(server, 4 * ttl + 5s, [&] {
+        return server.get_info(bmi::Info::open_connections) == 0 &&
+               server.get_info(bmi::Info::early_bytes) == 0 &&
+               server.get_info(bmi::Info::peers) == 0;
+    });
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    std::printf("connection %llu, early bytes %llu, peers %llu after %lld ms\n",
+                static_cast<unsigned long long>(server.get_info(bmi::Info::open_connections)),
+                static_cast<unsigned long long>(server.get_info(bmi::Info::early_bytes)),
+                static_cast<unsigned long long>(server.get_info(bmi::Info::peers)),
+                static_cast<long long>(took.count()));
+    ATF_REQUIRE(gone);
+    ATF_REQUIRE(took >= ttl); // not before the messages could expire
+    // (io_uring lets go of a closed socket when the thread next enters it.)
+    ATF_REQUIRE(poke_until(server, 2s, [&] { return closed_by_server(fd.get()); }));
+}
+
+// A peer with two connections (a reconnect racing the old one): the old
+// one closes after a complete eager message and part of another arrived.
+// The complete one stays for the receive the server posts later (its
+// sender's op completed when it was written: nobody sends it again); the
+// cut one goes with its connection.
+ATF_TEST_CASE_WITHOUT_HEAD(early_outlives_connection);
+ATF_TEST_CASE_BODY(early_outlives_connection)
+{
+    bmi::Bmi server(server_options());
+    const bmi::ContextId sctx = server.open_context();
+    const std::uint16_t port = port_of(server.listen_addresses().at(0));
+    const std::string claimed = "tcp://198.18.0.9:1";
+    const std::string text = "the first message";
+    UniqueFd old_conn = raw_connect(port, 2);
+    std::vector<std::byte> out = hello(claimed);
+    tcp::FrameHeader h;
+    h.type = tcp::FrameType::eager;
+    h.tag = 5;
+    h.size = text.size();
+    const std::vector<std::byte> f = header(h);
+    out.insert(out.end(), f.begin(), f.end());
+    for (const char ch : text)
+        out.push_back(static_cast<std::byte>(ch));
+    const std::vector<std::byte> cut = message(tcp::FrameType::eager, 100, 6);
+    out.insert(out.end(), cut.begin(), cut.begin() + 50);
+    ATF_REQUIRE(send_all(old_conn.get(), out));
+    UniqueFd new_conn = raw_connect(port, 3);
+    ATF_REQUIRE(send_all(new_conn.get(), hello(claimed)));
+    ATF_REQUIRE(poke_until(server, 5s, [&] {
+        return server.get_info(bmi::Info::open_connections) == 2 &&
+               server.get_info(bmi::Info::early_bytes) >= text.size() + 100;
+    }));
+    poke(server, 20);
+    const std::uint64_t both = server.get_info(bmi::Info::early_bytes);
+    old_conn.reset();
+    ATF_REQUIRE(
+        poke_until(server, 5s, [&] { return server.get_info(bmi::Info::open_connections) == 1; }));
+    poke(server, 5);
+    const std::uint64_t left = server.get_info(bmi::Info::early_bytes);
+    std::printf("early bytes: %llu with both, %llu after the close\n",
+                static_cast<unsigned long long>(both), static_cast<unsigned long long>(left));
+    ATF_REQUIRE(left > 0 && left < both);
+
+    const bmi::Addr peer = server.addr_lookup(claimed);
+    ATF_REQUIRE(peer != bmi::no_addr);
+    std::array<char, 64> buf{};
+    const bmi::Post r = server.post_recv(peer, buf.data(), buf.size(), 5, nullptr, sctx);
+    ATF_REQUIRE(r.ok());
+    std::size_t got = r.actual_size;
+    if (!r.completed) {
+        bmi::Completion c;
+        const bool done = server.test(r.op, c, 2000);
+        if (!done) {
+            server.cancel(r.op);
+            server.test(r.op, c, 1000);
+            ATF_FAIL("the early message died with its connection");
+        }
+        ATF_REQUIRE_EQ(c.error, 0);
+        got = c.actual_size;
+    }
+    ATF_REQUIRE_EQ(std::string(buf.data(), got), text);
+    ATF_REQUIRE_EQ(server.get_info(bmi::Info::early_bytes), 0U);
+}
+
+// Empty and one-byte eager frames on tags nobody receives: each entry is
+// charged (256 bytes on top of its payload), so they fill the global
+// budget like any other early message and the connection that goes over
+// it is closed.  Before, they were charged their size: thousands piled up
+// under a budget that showed (almost) nothing.
+ATF_TEST_CASE_WITHOUT_HEAD(empty_early_frames_charged);
+ATF_TEST_CASE_BODY(empty_early_frames_charged)
+{
+    constexpr std::size_t budget = std::size_t{256} << 10;
+    bmi::Bmi server(server_options());
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::early_total_bytes, budget), 0);
+    UniqueFd fd = raw_connect(port_of(server.listen_addresses().at(0)), 2);
+    std::vector<std::byte> out = hello("tcp://198.18.0.10:1");
+    constexpr int frames = 4000; // 1 MiB of entries at 256 each
+    for (int i = 0; i < frames; ++i) {
+        const std::vector<std::byte> e =
+            message(tcp::FrameType::eager, static_cast<std::size_t>(i % 2), 100 + i);
+        out.insert(out.end(), e.begin(), e.end());
+    }
+    pump(server, fd.get(), out);
+    poke(server, 20);
+    const std::uint64_t early = server.get_info(bmi::Info::early_bytes);
+    const bool closed = closed_by_server(fd.get());
+    std::printf("early bytes %llu (budget %zu), connection closed: %d\n",
+                static_cast<unsigned long long>(early), budget, static_cast<int>(closed));
+    ATF_REQUIRE(early <= budget);
+    ATF_REQUIRE(early + 257 > budget);
+    ATF_REQUIRE(closed);
+}
+
+// Early messages held by an idle peer on an open connection expire after
+// the idle timeout, freeing the global budget: before, one that filled it
+// made every later early message close its connection, forever.
+ATF_TEST_CASE_WITHOUT_HEAD(early_expires);
+ATF_TEST_CASE_BODY(early_expires)
+{
+    constexpr auto ttl = 2000ms;
+    constexpr std::size_t budget = std::size_t{64} << 10;
+    bmi::Bmi server(server_options());
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::idle_timeout_ms, ttl.count()), 0);
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::early_total_bytes, budget), 0);
+    const std::uint16_t port = port_of(server.listen_addresses().at(0));
+    const auto start = Clock::now();
+    UniqueFd holder = raw_connect(port, 2);
+    ATF_REQUIRE(send_all(holder.get(), hello_and_early("tcp://198.18.0.11:1", 3, 16384, 1)));
+    ATF_REQUIRE(poke_until(server, 5s, [&] {
+        return server.get_info(bmi::Info::early_bytes) >= std::uint64_t{3} * 16384;
+    }));
+    // Another peer's early message does not fit meanwhile: its connection
+    // closes.
+    UniqueFd other = raw_connect(port, 3);
+    ATF_REQUIRE(send_all(other.get(), hello_and_early("tcp://198.18.0.12:1", 1, 16384, 1)));
+    ATF_REQUIRE(poke_until(server, 5s, [&] { return closed_by_server(other.get()); }));
+    ATF_REQUIRE(Clock::now() - start < ttl);
+    ATF_REQUIRE(server.get_info(bmi::Info::early_bytes) >= std::uint64_t{3} * 16384);
+    ATF_REQUIRE(
+        poke_until(server, ttl + 3s, [&] { return server.get_info(bmi::Info::early_bytes) == 0; }));
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    std::printf("early messages expired after %lld ms\n", static_cast<long long>(took.count()));
+    ATF_REQUIRE(took >= ttl);
+    ATF_REQUIRE(!closed_by_server(holder.get())); // an idle connection may stay
+    // The budget is free again.
+    UniqueFd later = raw_connect(port, 3);
+    ATF_REQUIRE(send_all(later.get(), hello_and_early("tcp://198.18.0.13:1", 1, 16384, 1)));
+    ATF_REQUIRE(
+        poke_until(server, 5s, [&] { return server.get_info(bmi::Info::early_bytes) >= 16384; }));
+    poke(server, 5);
+    ATF_REQUIRE(!closed_by_server(later.get()));
+}
+
+// A peer the user looked up is not held to the frame deadline: its
+// application may stop between BMI calls in the middle of a frame.  (A
+// peer that only connected is: slow_frames.)
+ATF_TEST_CASE_WITHOUT_HEAD(frame_deadline_spares_looked_up_peers);
+ATF_TEST_CASE_BODY(frame_deadline_spares_looked_up_peers)
+{
+    constexpr auto deadline = 1000ms;
+    bmi::Bmi server(server_options());
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::frame_timeout_ms, deadline.count()), 0);
+    const bmi::ContextId sctx = server.open_context();
+    const std::string claimed = "tcp://198.18.0.14:1";
+    const bmi::Addr peer = server.addr_lookup(claimed);
+    ATF_REQUIRE(peer != bmi::no_addr);
+    std::array<char, 200> buf{};
+    const bmi::Post r = server.post_recv(peer, buf.data(), buf.size(), 9, nullptr, sctx);
+    ATF_REQUIRE(r.ok() && !r.completed);
+    UniqueFd fd = raw_connect(port_of(server.listen_addresses().at(0)), 2);
+    std::vector<std::byte> out = hello(claimed);
+    const std::vector<std::byte> m = message(tcp::FrameType::eager, 100, 9);
+    out.insert(out.end(), m.begin(), m.begin() + 60);
+    ATF_REQUIRE(send_all(fd.get(), out));
+    const auto until = Clock::now() + 3 * deadline;
+    while (Clock::now() < until) {
+        poke(server);
+        std::this_thread::sleep_for(5ms);
+    }
+    ATF_REQUIRE(!closed_by_server(fd.get()));
+    ATF_REQUIRE(send_all(fd.get(), {m.begin() + 60, m.end()}));
+    bmi::Completion c;
+    ATF_REQUIRE(server.test(r.op, c, 5000));
+    ATF_REQUIRE_EQ(c.error, 0);
+    ATF_REQUIRE_EQ(c.actual_size, 100U);
+}
+
+// After a stall of the server (its application busy), more connections
+// are ready than one wait returns (64 events): those not served in that
+// progress call have bytes waiting unread when the deadlines are checked.
+// That delay is the server's, not the peers': they are read, not closed.
+ATF_TEST_CASE_WITHOUT_HEAD(frame_deadline_spares_unread_bytes);
+ATF_TEST_CASE_BODY(frame_deadline_spares_unread_bytes)
+{
+    constexpr auto deadline = 1000ms;
+    constexpr int count = 70;
+    bmi::Bmi server(server_options("epoll"));
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::frame_timeout_ms, deadline.count()), 0);
+    const std::uint16_t port = port_of(server.listen_addresses().at(0));
+    const std::vector<std::byte> m = message(tcp::FrameType::unexpected, 100, 1);
+    std::vector<UniqueFd> fds;
+    for (int n = 0; n < count; ++n) {
+        fds.push_back(raw_connect(port, 2 + n % 2));
+        std::vector<std::byte> out = hello("tcp://198.18.0.20:" + std::to_string(n + 1));
+        out.insert(out.end(), m.begin(), m.begin() + 50);
+        ATF_REQUIRE(send_all(fds.back().get(), out));
+    }
+    ATF_REQUIRE(poke_until(server, 5s,
+                           [&] { return server.get_info(bmi::Info::open_connections) == count; }));
+    poke(server, 20);                              // every frame begun
+    std::this_thread::sleep_for(deadline + 500ms); // the server stalls
+    for (const UniqueFd &fd : fds)
+        ATF_REQUIRE(send_all(fd.get(), {m.begin() + 50, m.end()}));
+    std::this_thread::sleep_for(50ms);
+    poke(server); // one progress call: 64 events, then the deadlines
+    std::vector<bmi::UnexpectedMessage> in;
+    const auto until = Clock::now() + 5s;
+    while (in.size() < count && Clock::now() < until)
+        server.testunexpected(in, count, 10);
+    const std::uint64_t open = server.get_info(bmi::Info::open_connections);
+    std::printf("%zu of %d messages, %llu connections open\n", in.size(), count,
+                static_cast<unsigned long long>(open));
+    ATF_REQUIRE_EQ(in.size(), static_cast<std::size_t>(count));
+    ATF_REQUIRE_EQ(open, static_cast<std::uint64_t>(count));
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, connection_caps);
@@ -785,4 +1144,12 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, peer_gone_mid_frame_epoll);
     ATF_ADD_TEST_CASE(tcs, peer_gone_mid_frame_uring);
     ATF_ADD_TEST_CASE(tcs, early_budget_and_peers_freed);
+    ATF_ADD_TEST_CASE(tcs, paused_reset_epoll);
+    ATF_ADD_TEST_CASE(tcs, paused_reset_uring);
+    ATF_ADD_TEST_CASE(tcs, paused_fin);
+    ATF_ADD_TEST_CASE(tcs, early_outlives_connection);
+    ATF_ADD_TEST_CASE(tcs, empty_early_frames_charged);
+    ATF_ADD_TEST_CASE(tcs, early_expires);
+    ATF_ADD_TEST_CASE(tcs, frame_deadline_spares_looked_up_peers);
+    ATF_ADD_TEST_CASE(tcs, frame_deadline_spares_unread_bytes);
 }

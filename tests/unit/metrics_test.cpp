@@ -1,11 +1,15 @@
 // Tests of the metrics component (include/pvfs/metrics.hpp): the log2
 // buckets, the Prometheus text (escaping, cumulative buckets, _sum and
 // _count, families grouped), the registry's checks, the hot path's lack of
-// allocations, and the atomic file write.
+// allocations, and the atomic file write (also among others' files).
 #include <atf-c++.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <filesystem>
@@ -19,8 +23,10 @@
 
 #include "alloc_count.hpp"
 #include "pvfs/metrics.hpp"
+#include "pvfs/unique_fd.hpp"
 
 namespace metrics = pvfs::metrics;
+using pvfs::UniqueFd;
 
 namespace {
 
@@ -239,7 +245,67 @@ ATF_TEST_CASE_BODY(atomic_file)
     // A missing directory is an error naming the file, not a crash.
     const int rc = metrics::write_file_atomically("/nonexistent-pvfs-dir/m.prom", "x", error);
     ATF_REQUIRE_EQ(rc, ENOENT);
-    require_msg(contains(error, "/nonexistent-pvfs-dir/m.prom.tmp"), error);
+    require_msg(contains(error, "/nonexistent-pvfs-dir/m.prom"), error);
+}
+
+namespace {
+
+std::string read_all(const std::string &path)
+{
+    std::ifstream in(path);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+} // namespace
+
+// In a directory others can write, what they put at the temporary's old
+// fixed name (FILE.tmp) does not matter: a FIFO (the old code wrote into
+// it and renamed it over FILE; with no reader it blocked), a hard link to
+// someone else's file (written into) and a symbolic link (refused: the
+// server failed to start).  Nothing is left behind but FILE.
+ATF_TEST_CASE_WITHOUT_HEAD(foreign_temporary);
+ATF_TEST_CASE_BODY(foreign_temporary)
+{
+    const std::filesystem::path dir = std::filesystem::current_path() / "shared";
+    std::filesystem::create_directory(dir);
+    const std::string theirs = (dir / "theirs").string();
+    {
+        std::ofstream out(theirs);
+        out << "their data\n";
+    }
+    const std::string fifo_file = (dir / "a.prom").string();
+    const std::string link_file = (dir / "b.prom").string();
+    const std::string sym_file = (dir / "c.prom").string();
+    ATF_REQUIRE_EQ(::mkfifo((fifo_file + ".tmp").c_str(), 0666), 0);
+    ATF_REQUIRE_EQ(::link(theirs.c_str(), (link_file + ".tmp").c_str()), 0);
+    ATF_REQUIRE_EQ(::symlink(theirs.c_str(), (sym_file + ".tmp").c_str()), 0);
+    // A reader on the FIFO, so that code that opens it for writing does
+    // not block (the test fails instead of hanging).
+    const UniqueFd reader(::open((fifo_file + ".tmp").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    ATF_REQUIRE(reader.valid());
+
+    std::string error;
+    for (const std::string &f : {fifo_file, link_file, sym_file}) {
+        const int rc = metrics::write_file_atomically(f, "m 1\n", error);
+        require_msg(rc == 0, std::string(f).append(": ").append(error));
+        struct stat st {};
+        ATF_REQUIRE_EQ(::lstat(f.c_str(), &st), 0);
+        require_msg(S_ISREG(st.st_mode), f + " is not a regular file");
+        ATF_REQUIRE_EQ(read_all(f), "m 1\n");
+    }
+    ATF_REQUIRE_EQ(read_all(theirs), "their data\n");
+    std::array<char, 16> buf{};
+    ATF_REQUIRE(::read(reader.get(), buf.data(), buf.size()) <= 0); // nothing written into it
+    struct stat st {};
+    ATF_REQUIRE_EQ(::lstat((fifo_file + ".tmp").c_str(), &st), 0);
+    ATF_REQUIRE(S_ISFIFO(st.st_mode));
+    std::vector<std::string> names;
+    for (const auto &e : std::filesystem::directory_iterator(dir))
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    const std::vector<std::string> want{"a.prom", "a.prom.tmp", "b.prom", "b.prom.tmp",
+                                        "c.prom", "c.prom.tmp", "theirs"};
+    ATF_REQUIRE(names == want);
 }
 
 ATF_INIT_TEST_CASES(tcs)
@@ -251,4 +317,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, bad_registrations);
     ATF_ADD_TEST_CASE(tcs, hot_path);
     ATF_ADD_TEST_CASE(tcs, atomic_file);
+    ATF_ADD_TEST_CASE(tcs, foreign_temporary);
 }

@@ -61,9 +61,10 @@ inline constexpr std::size_t direct_read_min = std::size_t{16} * 1024;
 inline constexpr std::size_t chunk_size = std::size_t{512} * 1024;
 // Early (not yet received) eager messages buffered per peer.
 inline constexpr std::size_t early_peer_bytes = std::size_t{4} * 1024 * 1024;
-// What an early RTS (no payload, but an entry kept until its receive is
-// posted) counts against the early budgets.
-inline constexpr std::size_t early_rts_charge = 256;
+// What every early entry counts against the early budgets on top of its
+// payload (an RTS has none): the entry itself, so that empty or one-byte
+// frames on tags nobody receives cannot pile up entries for free.
+inline constexpr std::size_t early_entry_charge = 256;
 inline constexpr std::size_t max_iov = 64;
 // Messages to a peer whose tags are remembered, so that a READY can be
 // checked against the messages still in flight (see on_ready).
@@ -165,12 +166,15 @@ struct Early {
     Tag tag = 0;
     FrameType type = FrameType::eager; // eager or rts
     std::vector<std::byte> data;
-    std::size_t size = 0;          // eager: payload length; rts: message length
-    std::size_t charge = 0;        // counted against the early budgets
-    std::uint32_t conn = no_index; // the connection it came on: it dies with it
+    std::size_t size = 0;   // eager: payload length; rts: message length
+    std::size_t charge = 0; // counted against the early budgets
+    // The connection it came on: an RTS or an unfinished payload dies with
+    // it, a complete eager message outlives it (its sender's op is done).
+    std::uint32_t conn = no_index;
     std::uint32_t conn_generation = 0;
-    bool complete = false;    // eager payload fully arrived
-    std::uint64_t cookie = 0; // rts: the sender's op
+    Clock::time_point arrived; // dropped unreceived after the idle timeout
+    bool complete = false;     // eager payload fully arrived
+    std::uint64_t cookie = 0;  // rts: the sender's op
     std::uint32_t waiting_op = no_index;
 };
 
@@ -241,6 +245,9 @@ private:
     void on_connected(std::uint32_t c);
     void accept_all();
     void check_deadlines(Clock::time_point now);
+    // Early messages nobody received within the idle timeout are dropped
+    // (the early budgets are not held forever).
+    void expire_early(Clock::time_point now);
     // A peer whose last connection closed: freed (with its Addr) at the end
     // of the progress call, if it is still idle then.
     void retire_peers();

@@ -208,7 +208,7 @@ TcpMethod::Verdict TcpMethod::on_eager(std::uint32_t c, Peer &p, const FrameHead
     if (match_recv(p, h.tag, i)) {
         sink_matched_eager(c, i, h);
     } else {
-        if (const Verdict v = charge_early(p, h.size); v != Verdict::accept)
+        if (const Verdict v = charge_early(p, h.size + early_entry_charge); v != Verdict::accept)
             return v;
         sink_early_eager(c, p, h);
     }
@@ -271,9 +271,10 @@ void TcpMethod::sink_early_eager(std::uint32_t c, Peer &p, const FrameHeader &h)
     e.tag = h.tag;
     e.type = FrameType::eager;
     e.size = h.size;
-    e.charge = h.size;
+    e.charge = h.size + early_entry_charge;
     e.conn = c;
     e.conn_generation = k.generation;
+    e.arrived = Clock::now();
     // The payload's bytes are allocated as they arrive (parse), not on the
     // word of the header.
     p.early_bytes += e.charge;
@@ -316,7 +317,7 @@ TcpMethod::Verdict TcpMethod::on_rts(std::uint32_t c, Peer &p, const FrameHeader
         answer_rts(c, p, i, h);
         return Verdict::accept;
     }
-    if (const Verdict v = charge_early(p, early_rts_charge); v != Verdict::accept)
+    if (const Verdict v = charge_early(p, early_entry_charge); v != Verdict::accept)
         return v;
     Early e;
     e.serial = ++p.early_serial;
@@ -324,9 +325,10 @@ TcpMethod::Verdict TcpMethod::on_rts(std::uint32_t c, Peer &p, const FrameHeader
     e.type = FrameType::rts;
     e.size = h.size;
     e.cookie = h.cookie;
-    e.charge = early_rts_charge;
+    e.charge = early_entry_charge;
     e.conn = c;
     e.conn_generation = conns_[c]->generation;
+    e.arrived = Clock::now();
     p.early_bytes += e.charge;
     early_total_ += e.charge;
     p.early.push_back(std::move(e));

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <fmt/format.h>
@@ -365,7 +366,10 @@ void TcpMethod::flush_rate_logs(Clock::time_point now)
 
 // The hello and frame deadlines (Limits::hello_timeout, frame_timeout): a
 // connection that takes longer is closed.  A paused connection waits for
-// this side's budget, not for its peer: its clock restarts on resume.
+// this side's budget, not for its peer: its clock restarts on resume.  A
+// peer the user looked up (a server of this client, say) is not held to
+// the frame deadline: its application may pause between BMI calls in the
+// middle of a frame, and its ops have the idle timeout.
 void TcpMethod::check_deadlines(Clock::time_point now)
 {
     for (std::uint32_t c = 0; c < conns_.size(); ++c) {
@@ -378,16 +382,69 @@ void TcpMethod::check_deadlines(Clock::time_point now)
             what = "no hello";
             limit = core_.limits.hello_timeout;
         } else if (!k.paused && k.frame_started != Clock::time_point{} &&
-                   now - k.frame_started >= core_.limits.frame_timeout) {
+                   now - k.frame_started >= core_.limits.frame_timeout &&
+                   (k.peer == no_addr || !core_.pinned(k.peer))) {
             what = "a frame not finished";
             limit = core_.limits.frame_timeout;
         }
         if (what == nullptr)
             continue;
+        // Bytes waiting unread are this side's delay (a stall of its
+        // application, or the bound on reads per call), not the peer's:
+        // they are read first and the deadline looked at again next round.
+        int waiting = 0;
+        if (::ioctl(k.fd.get(), FIONREAD, &waiting) == 0 && waiting > 0) {
+            if (std::find(unread_.begin(), unread_.end(), c) == unread_.end())
+                unread_.push_back(c);
+            continue;
+        }
         const std::string who = k.peer != no_addr ? core_.url_of(k.peer) : "an unidentified peer";
         const std::string why = fmt::format("{} within {} ms", what, limit.count());
         log_refusal(deadline_log_, fmt::format("closing connection to {}: {}", who, why));
         close_conn(c, -ETIMEDOUT, why);
+    }
+}
+
+void TcpMethod::expire_early(Clock::time_point now)
+{
+    if (early_total_ == 0)
+        return;
+    const auto ttl = core_.limits.idle_timeout;
+    for (const auto &pp : peers_) {
+        if (!pp || pp->early.empty())
+            continue;
+        Peer &p = *pp;
+        std::size_t dropped = 0;
+        for (auto it = p.early.begin(); it != p.early.end();) {
+            if (now - it->arrived < ttl)
+                break; // arrival order: the rest are younger
+            // A receive waits for the rest of this payload: its own
+            // deadline (and the connection's) ends it.
+            if (it->waiting_op != no_index || (it->type != FrameType::rts && !it->complete)) {
+                ++it;
+                continue;
+            }
+            if (it->type == FrameType::rts && p.tx_conn != no_index && !conns_[p.tx_conn]->closed &&
+                conns_[p.tx_conn]->hello_received) {
+                // The sender waits for a CTS: it fails now rather than at
+                // its own idle timeout.
+                FrameHeader h;
+                h.type = FrameType::nack;
+                h.cookie = it->cookie;
+                h.status = ETIMEDOUT;
+                queue_frame(p.tx_conn, h, no_index, 0, 0);
+            }
+            it = drop_early(p, it);
+            ++dropped;
+        }
+        if (dropped == 0)
+            continue;
+        gossip::debug(gossip::Mask::tcp,
+                      "{} early messages from {} dropped: not received within {} ms", dropped,
+                      core_.url_of(p.addr), ttl.count());
+        resume_peer(p.addr); // a connection paused on them reads again
+        if (p.conns.empty())
+            retiring_.push_back(p.addr);
     }
 }
 
@@ -444,15 +501,24 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
         if (p->tx_conn == c)
             p->tx_conn = no_index;
         fail_peer_ops(*p, error);
-        // Early messages die with the connection they came on: a message
-        // nobody received by then is nobody's (a sender that reconnects
-        // sends it again, or its op failed).
+        // A complete eager message stays: its sender's op completed when
+        // the frame was written, so nobody sends it again, and its peer may
+        // be reconnecting (or already have, racing this close) to post the
+        // next request; the early budgets and the idle timeout bound it
+        // (expire_early).  An RTS (its send failed with this connection)
+        // and a payload cut short die here.
+        bool dropped = false;
         for (auto it = p->early.begin(); it != p->early.end();) {
-            if (it->conn == c && it->conn_generation == k.generation)
+            if (it->conn == c && it->conn_generation == k.generation &&
+                (it->type == FrameType::rts || !it->complete)) {
                 it = drop_early(*p, it);
-            else
+                dropped = true;
+            } else {
                 ++it;
+            }
         }
+        if (dropped)
+            resume_peer(p->addr);
         if (p->conns.empty())
             retiring_.push_back(p->addr);
     }
@@ -653,6 +719,8 @@ bool TcpMethod::post(std::uint32_t i)
             resume_peer(p.addr);
             p.ops.remove(core_.ops, i);
             o.in_peer_list = false;
+            if (p.conns.empty())
+                retiring_.push_back(p.addr); // held only by what it had sent
             o.error = err;
             o.actual = n;
             return true;
@@ -706,12 +774,12 @@ void TcpMethod::progress(int timeout_ms)
         timeout_ms = 0;
 
     // Deadlines are checked at a quarter of the shorter one (at most once a
-    // second): while connections that proved nothing are open, the sleep
-    // ends in time for the check.
+    // second): while connections that proved nothing are open, or early
+    // messages wait to expire, the sleep ends in time for the check.
     const auto check_every =
         std::clamp(std::min(core_.limits.hello_timeout, core_.limits.frame_timeout) / 4,
                    std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
-    if (accepted_open_ > 0 && timeout_ms != 0) {
+    if ((accepted_open_ > 0 || early_total_ > 0) && timeout_ms != 0) {
         const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
             next_deadline_check_ - Clock::now());
         const int cap = static_cast<int>(std::max<long long>(until.count() + 1, 0));
@@ -754,6 +822,14 @@ void TcpMethod::progress(int timeout_ms)
         // by an edge-triggered engine, so handle_readable reads to the end.
         if ((what & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0)
             k.hung_up = true;
+        if (k.paused && (what & (EPOLLERR | EPOLLHUP)) != 0) {
+            // Watched for nothing, yet both engines report an error or
+            // hang-up (epoll by level: at once again, forever, if it is
+            // not handled).  The peer is gone: the connection goes now,
+            // with its slot and caps; complete early messages stay.
+            close_conn(c, -ECONNRESET, "connection reset while paused");
+            continue;
+        }
         if ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0 && !k.paused &&
             std::find(unread_.begin(), unread_.end(), c) == unread_.end()) {
             if (!handle_readable(c))
@@ -766,6 +842,7 @@ void TcpMethod::progress(int timeout_ms)
     if (const auto after = Clock::now(); after >= next_deadline_check_) {
         next_deadline_check_ = after + check_every;
         check_deadlines(after);
+        expire_early(after);
         flush_rate_logs(after);
     }
     retire_peers();
