@@ -107,18 +107,14 @@ public:
         it->second.events = events;
         // Remove and re-arm: a fresh poll request checks the current state,
         // so a condition that is already true is reported at once.
-        io_uring_sqe *sqe = sqe_for_submit();
-        ::io_uring_prep_poll_remove(sqe, key);
-        ::io_uring_sqe_set_data64(sqe, control_tag);
+        cancel_polls(key);
         arm(fd, key, events);
     }
     void remove(int /*fd*/, std::uint64_t key) override
     {
         if (watched_.erase(key) == 0)
             return;
-        io_uring_sqe *sqe = sqe_for_submit();
-        ::io_uring_prep_poll_remove(sqe, key);
-        ::io_uring_sqe_set_data64(sqe, control_tag);
+        cancel_polls(key);
         // Submitted now: the fd is about to be closed.
         ::io_uring_submit(&ring_);
     }
@@ -205,6 +201,18 @@ private:
         if (sqe == nullptr)
             throw std::system_error(EBUSY, std::generic_category(), "bmi tcp: io_uring SQ full");
         return sqe;
+    }
+    // Every poll armed for `key`, not only the newest (poll_remove's
+    // reach): a poll that ended on its own while a modify re-armed the
+    // key is armed again when its last completion is harvested, so a key
+    // can briefly have two, and one left behind would keep a closed
+    // socket open in the ring (its peer never sees the close).
+    // IORING_ASYNC_CANCEL_ALL: Linux 5.19, older than both kernels built for.
+    void cancel_polls(std::uint64_t key)
+    {
+        io_uring_sqe *sqe = sqe_for_submit();
+        ::io_uring_prep_cancel64(sqe, key, IORING_ASYNC_CANCEL_ALL);
+        ::io_uring_sqe_set_data64(sqe, control_tag);
     }
     // EPOLLRDHUP too: a multishot poll is edge-triggered, and the method
     // must know the peer's FIN from data (see Engine).
