@@ -148,7 +148,7 @@ config::Cluster unusual_cluster()
     c.servers = {
         {"a", {"tcp://[::1]:1", "ib://[fe80::1]:65535"}, true, true, "/s/a"},
         {"b", {"ib://host-b.example:4000"}, false, true, "/s/b"},
-        {"c", {"tcp://10.1.2.3:7"}, true, false, "/s/c"},
+        {"c", {"tcp://198.18.2.3:7"}, true, false, "/s/c"},
     };
     c.servers[0].metrics_file = "/run/pvfs/a.prom";
     c.servers[0].metrics_interval_ms = 2500;
@@ -184,7 +184,7 @@ ATF_TEST_CASE_BODY(example_parses)
     ATF_REQUIRE_EQ(c.servers.size(), 4U);
     ATF_REQUIRE_EQ(c.servers[0].name, "meta0");
     ATF_REQUIRE(c.servers[0].addresses ==
-                (std::vector<std::string>{"tcp://10.0.0.1:3334", "ib://10.1.0.1:3334"}));
+                (std::vector<std::string>{"tcp://198.18.0.1:3334", "ib://198.19.0.1:3334"}));
     ATF_REQUIRE_EQ(c.servers[0].storage, "/var/lib/pvfs/meta0");
     ATF_REQUIRE(c.metadata_servers() == (std::vector<std::size_t>{0, 3}));
     ATF_REQUIRE(c.data_servers() == (std::vector<std::size_t>{1, 2, 3}));
@@ -192,12 +192,12 @@ ATF_TEST_CASE_BODY(example_parses)
 
     const config::Server *io1 = c.find("io1");
     ATF_REQUIRE(io1 != nullptr);
-    ATF_REQUIRE_EQ(io1->addresses.at(0), "tcp://10.0.0.3:3334");
+    ATF_REQUIRE_EQ(io1->addresses.at(0), "tcp://198.18.0.3:3334");
     ATF_REQUIRE(c.find("io9") == nullptr);
-    ATF_REQUIRE(c.index_of_address("tcp://10.0.0.3:3334") == std::optional<std::size_t>(2));
-    ATF_REQUIRE(c.index_of_address("tcp://10.0.0.3:03334") == std::optional<std::size_t>(2));
-    ATF_REQUIRE(c.index_of_address("ib://10.1.0.1:3334") == std::optional<std::size_t>(0));
-    ATF_REQUIRE(!c.index_of_address("tcp://10.0.0.3:3335").has_value());
+    ATF_REQUIRE(c.index_of_address("tcp://198.18.0.3:3334") == std::optional<std::size_t>(2));
+    ATF_REQUIRE(c.index_of_address("tcp://198.18.0.3:03334") == std::optional<std::size_t>(2));
+    ATF_REQUIRE(c.index_of_address("ib://198.19.0.1:3334") == std::optional<std::size_t>(0));
+    ATF_REQUIRE(!c.index_of_address("tcp://198.18.0.3:3335").has_value());
     ATF_REQUIRE(!c.index_of_address("garbage").has_value());
 }
 
