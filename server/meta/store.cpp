@@ -453,6 +453,11 @@ int Store::open(const Options &options)
         gossip::error(gossip::Mask::meta, "cannot initialise metadata store {}", options.path);
         return rc;
     }
+    if (const int rc = ops::migrate_replies(tx); rc != 0) {
+        gossip::error(gossip::Mask::meta, "cannot move the reply cache of metadata store {}",
+                      options.path);
+        return rc;
+    }
     if (const int rc = txn.commit(); rc != 0)
         return rc;
     impl_ = std::move(impl);

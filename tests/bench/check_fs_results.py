@@ -178,6 +178,8 @@ def check_data(out):
             for op in ("create",) if feature == "hold" else ("create", "remove"):
                 for side in ("on", "off"):
                     expect[("pvfs-mdtest-compare", feature, side, op, str(c), "")] = REPS
+    for side in ("on", "off"):
+        expect[("meta-writes", "reply-cache", side, "create+stat+remove", "1", "")] = 2
     for what in ("pvfs", "dd"):
         for op in ("in", "out"):
             expect[("pvfs-cp", what, "disk", op, "", "")] = REPS

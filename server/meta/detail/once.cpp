@@ -4,15 +4,22 @@
 //   sessions: client id BE -> format u8, created_ns u64, owner length u8, owner,
 //             then (absent in records from before keys were kept) key name
 //             length u8, key name
-//   replies:  (client id BE, slot BE as u64) -> format u8, xid u64, steps u8,
-//             then per step: step u32, op u16, status i32, digest 16 bytes,
-//             body length u16, body
+//   meta:     "reply:", client id BE, slot BE as u64 -> format u8, xid u64,
+//             steps u8, then per step: step u32, op u16, status i32,
+//             digest 16 bytes, body length u16, body
 //
 // Both are written in the batch of the operation they belong to, so a
-// reply is durable exactly when its operation is.
+// reply is durable exactly when its operation is.  The replies live in the
+// counters' table rather than one of their own: LMDB copies every page a
+// commit touches, and a create already rewrites the page holding next_id
+// and next_seq, so while the slots fit beside them (a few dozen) a reply
+// costs no page of its own (docs/metadata.md "Where the replies live").
+// Stores written before kept them in the table "replies"; open moves them.
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "detail/lmdb.hpp"
 #include "detail/ops.hpp"
@@ -31,6 +38,31 @@ constexpr std::uint8_t reply_format = 1;
 constexpr std::size_t max_owner = 255;
 constexpr std::size_t max_key_name = 64; // proto::max_key_name
 constexpr std::size_t step_header = 4 + 2 + 4 + 16 + 2;
+constexpr std::string_view reply_prefix = "reply:";
+
+// A slot's key in the meta table: the prefix, the client id and the slot,
+// so that a session's slots are one range.
+class ReplyKey {
+public:
+    ReplyKey(std::uint64_t client_id, std::uint64_t slot) noexcept
+    {
+        std::memcpy(buf_.data(), reply_prefix.data(), reply_prefix.size());
+        const Key k(client_id, slot);
+        std::memcpy(buf_.data() + reply_prefix.size(), k.bytes().data(), 16);
+    }
+    [[nodiscard]] Bytes bytes() const noexcept { return {buf_.data(), buf_.size()}; }
+    // A key of this form belongs to `client_id`.
+    [[nodiscard]] static bool of_client(Bytes key, std::uint64_t client_id) noexcept
+    {
+        return key.size() == reply_prefix.size() + 16 &&
+               std::memcmp(key.data(), reply_prefix.data(), reply_prefix.size()) == 0 &&
+               records::load_be64(key.subspan(reply_prefix.size())) == client_id;
+    }
+
+private:
+    std::array<std::uint8_t, 6 + 16> buf_{};
+};
+static_assert(reply_prefix.size() == 6);
 
 class Out {
 public:
@@ -88,6 +120,19 @@ struct SlotRecord {
     std::uint64_t xid = 0;
     std::vector<Step> steps;
 };
+
+// The xid alone, without copying the steps.
+[[nodiscard]] int slot_xid(Bytes value, std::uint64_t &xid)
+{
+    In in(value);
+    const auto format = in.get<std::uint8_t>();
+    xid = in.get<std::uint64_t>();
+    if (!in.ok() || format != reply_format) {
+        gossip::error(gossip::Mask::meta, "damaged reply cache record");
+        return -EIO;
+    }
+    return 0;
+}
 
 [[nodiscard]] int decode_slot(Bytes value, SlotRecord &out)
 {
@@ -172,19 +217,23 @@ struct SlotRecord {
 int reply_find(Tx &tx, const ReplyId &id, ReplyMatch &match, SavedReply &out)
 {
     match = ReplyMatch::none;
-    const Key key(id.client_id, std::uint64_t{id.slot});
+    const ReplyKey key(id.client_id, id.slot);
     Bytes value;
-    if (const int rc = get(tx, tx.tables->replies, key.bytes(), value); rc != 0)
+    if (const int rc = get(tx, tx.tables->meta, key.bytes(), value); rc != 0)
         return rc == -ENOENT ? 0 : rc;
-    SlotRecord record;
-    if (const int rc = decode_slot(value, record); rc != 0)
+    // A new request's xid is past the slot's: its old steps need no decoding.
+    std::uint64_t xid = 0;
+    if (const int rc = slot_xid(value, xid); rc != 0)
         return rc;
-    if (record.xid > id.xid) {
+    if (xid > id.xid) {
         match = ReplyMatch::stale;
         return 0;
     }
-    if (record.xid < id.xid)
+    if (xid < id.xid)
         return 0;
+    SlotRecord record;
+    if (const int rc = decode_slot(value, record); rc != 0)
+        return rc;
     const auto it = std::find_if(record.steps.begin(), record.steps.end(),
                                  [&id](const Step &s) { return s.step == id.step; });
     if (it != record.steps.end()) {
@@ -198,12 +247,18 @@ int reply_save(Tx &tx, const ReplyId &id, const SavedReply &reply)
 {
     if (reply.body.size() > max_reply_body)
         return -E2BIG;
-    const Key key(id.client_id, std::uint64_t{id.slot});
+    const ReplyKey key(id.client_id, id.slot);
     SlotRecord record;
     Bytes value;
-    if (const int rc = get(tx, tx.tables->replies, key.bytes(), value); rc == 0) {
-        if (const int d = decode_slot(value, record); d != 0)
+    if (const int rc = get(tx, tx.tables->meta, key.bytes(), value); rc == 0) {
+        std::uint64_t xid = 0;
+        if (const int d = slot_xid(value, xid); d != 0)
             return d;
+        // Another xid's steps are replaced whole: only this xid's are kept.
+        if (xid == id.xid) {
+            if (const int d = decode_slot(value, record); d != 0)
+                return d;
+        }
     } else if (rc != -ENOENT) {
         return rc;
     }
@@ -221,7 +276,39 @@ int reply_save(Tx &tx, const ReplyId &id, const SavedReply &reply)
         record.steps.push_back(Step{id.step, reply});
     }
     const std::vector<std::uint8_t> bytes = encode_slot(record);
-    return put(tx, tx.tables->replies, key.bytes(), bytes);
+    return put(tx, tx.tables->meta, key.bytes(), bytes);
+}
+
+int migrate_replies(Tx &tx)
+{
+    lmdb::Cursor cursor;
+    if (const int rc = cursor.open(tx.txn, tx.tables->replies); rc != 0)
+        return rc;
+    std::size_t moved = 0;
+    for (;;) {
+        MDB_val k{};
+        MDB_val v{};
+        const int rc = mdb_cursor_get(cursor.get(), &k, &v, MDB_FIRST);
+        if (rc == MDB_NOTFOUND)
+            break;
+        if (rc != 0)
+            return lmdb::to_errno(rc, "mdb_cursor_get");
+        const Bytes old_key = lmdb::bytes(k);
+        SlotRecord record;
+        if (old_key.size() != 16 || decode_slot(lmdb::bytes(v), record) != 0) {
+            gossip::error(gossip::Mask::meta, "damaged reply cache record in the old table");
+            return -EIO;
+        }
+        const ReplyKey key(records::load_be64(old_key), records::load_be64(old_key.subspan(8)));
+        if (const int p = put(tx, tx.tables->meta, key.bytes(), lmdb::bytes(v)); p != 0)
+            return p;
+        if (const int d = mdb_cursor_del(cursor.get(), 0); d != 0)
+            return lmdb::to_errno(d, "mdb_cursor_del");
+        ++moved;
+    }
+    if (moved > 0)
+        gossip::info(gossip::Mask::meta, "moved {} reply cache slots to the meta table", moved);
+    return 0;
 }
 
 int session_put(Tx &tx, const SessionRecord &session)
@@ -260,11 +347,11 @@ int session_delete(Tx &tx, std::uint64_t client_id)
     if (const int rc = mdb_del(tx.txn, tx.tables->sessions, &k, nullptr);
         rc != 0 && rc != MDB_NOTFOUND)
         return lmdb::to_errno(rc, "mdb_del");
-    // Its slots are the keys that start with its id.
+    // Its slots are the keys that start with the prefix and its id.
     lmdb::Cursor cursor;
-    if (const int rc = cursor.open(tx.txn, tx.tables->replies); rc != 0)
+    if (const int rc = cursor.open(tx.txn, tx.tables->meta); rc != 0)
         return rc;
-    const Key first(client_id, std::uint64_t{0});
+    const ReplyKey first(client_id, 0);
     // Seek again after each delete: where a deleting cursor stands has
     // differed between LMDB releases.
     for (;;) {
@@ -275,8 +362,7 @@ int session_delete(Tx &tx, std::uint64_t client_id)
             return 0;
         if (rc != 0)
             return lmdb::to_errno(rc, "mdb_cursor_get");
-        const Bytes found = lmdb::bytes(ck);
-        if (found.size() < 8 || records::load_be64(found) != client_id)
+        if (!ReplyKey::of_client(lmdb::bytes(ck), client_id))
             return 0;
         if (const int d = mdb_cursor_del(cursor.get(), 0); d != 0)
             return lmdb::to_errno(d, "mdb_cursor_del");

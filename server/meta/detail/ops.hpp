@@ -27,7 +27,7 @@ struct Tables {
     MDB_dbi symlinks = 0; // handle BE -> target
     MDB_dbi xattrs = 0;   // (handle BE, name) -> value
     MDB_dbi sessions = 0; // client id BE -> session record (once.cpp)
-    MDB_dbi replies = 0;  // (client id BE, slot BE) -> reply record (once.cpp)
+    MDB_dbi replies = 0;  // empty: stores from before kept replies here (once.cpp)
     MDB_dbi orphans = 0;  // handle BE -> orphan record (orphans.cpp)
 };
 inline constexpr unsigned table_count = 9;
@@ -134,6 +134,9 @@ struct Tx {
 // ---- exactly once: sessions and the reply cache (once.cpp) ----
 [[nodiscard]] int reply_find(Tx &tx, const ReplyId &id, ReplyMatch &match, SavedReply &out);
 [[nodiscard]] int reply_save(Tx &tx, const ReplyId &id, const SavedReply &reply);
+// Moves the replies of a store written before they moved to the meta
+// table; nothing to do in a newer one.
+[[nodiscard]] int migrate_replies(Tx &tx);
 [[nodiscard]] int session_put(Tx &tx, const SessionRecord &session);
 [[nodiscard]] int session_get(Tx &tx, std::uint64_t client_id, SessionRecord &out);
 [[nodiscard]] int session_delete(Tx &tx, std::uint64_t client_id);

@@ -6,11 +6,13 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <lmdb.h>
 
 #include "meta_store.hpp"
 #include "pvfs/types.hpp"
@@ -77,6 +79,71 @@ bool exists(const Store &s, const std::string &name)
 {
     Attr a;
     return s.lookup(root, root_handle, name, a) == 0;
+}
+
+struct EnvCloser {
+    void operator()(MDB_env *e) const noexcept { mdb_env_close(e); }
+};
+struct TxnAborter {
+    void operator()(MDB_txn *t) const noexcept { mdb_txn_abort(t); }
+};
+
+void require_mdb(int rc, const std::string &what)
+{
+    if (rc != 0)
+        ATF_FAIL(what + ": " + mdb_strerror(rc));
+}
+
+// Writes `value` under (client, slot) in the table "replies", where stores
+// from before the replies moved to the meta table kept them, and returns
+// how many records that table then holds (docs/metadata.md).
+std::size_t old_table_put(std::uint64_t client, std::uint64_t slot,
+                          const std::vector<std::uint8_t> *value)
+{
+    MDB_env *raw_env = nullptr;
+    require_mdb(mdb_env_create(&raw_env), "mdb_env_create");
+    const std::unique_ptr<MDB_env, EnvCloser> env(raw_env);
+    require_mdb(mdb_env_set_maxdbs(env.get(), 16), "mdb_env_set_maxdbs");
+    require_mdb(mdb_env_open(env.get(), "store", MDB_NOTLS, 0600), "mdb_env_open");
+    MDB_txn *raw_txn = nullptr;
+    require_mdb(mdb_txn_begin(env.get(), nullptr, 0, &raw_txn), "mdb_txn_begin");
+    std::unique_ptr<MDB_txn, TxnAborter> txn(raw_txn);
+    MDB_dbi replies = 0;
+    require_mdb(mdb_dbi_open(txn.get(), "replies", 0, &replies), "mdb_dbi_open replies");
+    if (value != nullptr) {
+        std::array<std::uint8_t, 16> key_bytes{};
+        for (std::size_t i = 0; i < 8; ++i) {
+            key_bytes[i] = static_cast<std::uint8_t>(client >> (8 * (7 - i)));
+            key_bytes[8 + i] = static_cast<std::uint8_t>(slot >> (8 * (7 - i)));
+        }
+        MDB_val key{key_bytes.size(), key_bytes.data()};
+        MDB_val val{value->size(), const_cast<std::uint8_t *>(value->data())}; // NOLINT
+        require_mdb(mdb_put(txn.get(), replies, &key, &val, 0), "mdb_put");
+    }
+    MDB_stat st{};
+    require_mdb(mdb_stat(txn.get(), replies, &st), "mdb_stat");
+    require_mdb(mdb_txn_commit(txn.release()), "mdb_txn_commit");
+    return st.ms_entries;
+}
+
+// A slot record as docs/metadata.md gives it: one step, the body of reply().
+std::vector<std::uint8_t> old_record(std::uint64_t xid, std::uint16_t op, std::uint8_t fill)
+{
+    std::vector<std::uint8_t> r;
+    const auto le = [&r](std::uint64_t v, int bytes) {
+        for (int i = 0; i < bytes; ++i)
+            r.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+    };
+    le(1, 1);   // format
+    le(xid, 8); // xid
+    le(1, 1);   // steps
+    le(0, 4);   // step
+    le(op, 2);  // op
+    le(0, 4);   // status
+    r.insert(r.end(), 16, fill);
+    le(40, 2);
+    r.insert(r.end(), 40, fill);
+    return r;
 }
 
 } // namespace
@@ -247,6 +314,52 @@ ATF_TEST_CASE_BODY(sessions)
     }
     check(s.list_sessions(list), 0, "list_sessions");
     check(static_cast<int>(list.size()), 2, "sessions left");
+    // The replies share their table with the store's counters: ending the
+    // sessions on both sides of them in key order leaves the counters be.
+    {
+        WriteBatch b = s.batch();
+        check(b.session_put({0xFFFFFFFFFFFFFFFFULL, 1, "", std::nullopt}), 0, "session_put");
+        check(b.reply_save({0xFFFFFFFFFFFFFFFFULL, 0, 1, 0}, reply(6, 0, 3)), 0, "reply_save");
+        check(b.session_delete(0xFFFFFFFFFFFFFFFFULL), 0, "session_delete last");
+        check(b.session_delete(1), 0, "session_delete first (none)");
+        meta::CreateResult result;
+        check(b.create(root, root_handle, "after", 0644, true, {}, result), 0, "create after");
+        check(b.commit(), 0, "commit");
+    }
+    ATF_REQUIRE(exists(s, "after"));
+    ATF_REQUIRE(find(s, {0xFFFFFFFFFFFFFFFFULL, 0, 1, 0}, out) == ReplyMatch::none);
+    ATF_REQUIRE(find(s, {42, 0, 1, 0}, out) == ReplyMatch::found);
+    s.close();
+    check(s.open(options()), 0, "reopen");
+    ATF_REQUIRE(exists(s, "after"));
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(replies_of_an_older_store);
+ATF_TEST_CASE_BODY(replies_of_an_older_store)
+{
+    {
+        Store s;
+        check(s.open(options()), 0, "create the store");
+    }
+    const std::vector<std::uint8_t> record = old_record(9, 6, 0xCD);
+    ATF_REQUIRE_EQ(old_table_put(77, 3, &record), 1U);
+    Store s;
+    check(s.open(options()), 0, "open moves the old table's replies");
+    SavedReply out;
+    ATF_REQUIRE(find(s, {77, 3, 9, 0}, out) == ReplyMatch::found);
+    ATF_REQUIRE(out == reply(6, 0, 0xCD));
+    ATF_REQUIRE(find(s, {77, 3, 8, 0}, out) == ReplyMatch::stale);
+    s.close();
+    ATF_REQUIRE_EQ(old_table_put(77, 3, nullptr), 0U);
+    // Still there on the next open, from its new place.
+    check(s.open(options()), 0, "reopen");
+    ATF_REQUIRE(find(s, {77, 3, 9, 0}, out) == ReplyMatch::found);
+    s.close();
+    // A damaged record in the old table stops the open with EIO.
+    std::vector<std::uint8_t> damaged = record;
+    damaged.pop_back();
+    ATF_REQUIRE_EQ(old_table_put(78, 0, &damaged), 1U);
+    check(s.open(options()), -EIO, "open with a damaged old record");
 }
 
 ATF_INIT_TEST_CASES(tcs)
@@ -256,4 +369,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, operations_in_one_unit);
     ATF_ADD_TEST_CASE(tcs, slots_steps_and_stale_xids);
     ATF_ADD_TEST_CASE(tcs, sessions);
+    ATF_ADD_TEST_CASE(tcs, replies_of_an_older_store);
 }
