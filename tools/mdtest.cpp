@@ -175,17 +175,12 @@ std::unique_ptr<client::Client> connect_client(const Plan &p, bool exactly_once)
 [[noreturn]] void client_main(const Plan &p, unsigned id, int go_fd, int result_fd)
 {
     std::unique_ptr<client::Client> c;
-    std::unique_ptr<client::Client> without_ids; // --compare reply-cache's off blocks
     Handle dir = 0;
     std::int64_t setup = 0;
     if (p.local.empty()) {
         c = connect_client(p, p.exactly_once);
-        if (p.compare == Compare::reply_cache)
-            without_ids = connect_client(p, false);
         Attr a;
-        setup = !c || (p.compare == Compare::reply_cache && !without_ids)
-                    ? -ENOTCONN
-                    : c->resolve(client_dir(p, id), a);
+        setup = !c ? -ENOTCONN : c->resolve(client_dir(p, id), a);
         dir = a.handle;
     }
     for (std::size_t phase = 0; phase < phase_names.size(); ++phase) {
@@ -202,9 +197,12 @@ std::unique_ptr<client::Client> connect_client(const Plan &p, bool exactly_once)
             } else if (!compared(p, phase)) {
                 r = pvfs_phase(*c, dir, id, 0, p.files, p.hold, phase);
             } else {
+                // The same client and connections both ways, so that only
+                // the feature differs between the halves of a pair.
                 const bool on = feature_on(k);
-                client::Client &who = p.compare == Compare::reply_cache && !on ? *without_ids : *c;
-                r = pvfs_phase(who, dir, id, k * p.block, (k + 1) * p.block,
+                if (p.compare == Compare::reply_cache)
+                    c->set_change_ids(on);
+                r = pvfs_phase(*c, dir, id, k * p.block, (k + 1) * p.block,
                                p.compare == Compare::hold && on, phase);
             }
             if (!tools::write_all(result_fd, &r, sizeof r))

@@ -541,6 +541,12 @@ public:
     // Options::hard for the calls started from now on (pvfsd: a mount's
     // ATTACH gives up, the mount's later operations may not).
     void set_hard(bool hard);
+    // Whether the changes started from now on carry exactly-once ids (with
+    // Options::exactly_once; the session stays open either way).  Only for
+    // measuring what the ids cost on one connection (pvfs-mdtest --compare
+    // reply-cache): a change sent without them is not protected against
+    // retries.
+    void set_change_ids(bool on);
 
     struct Impl;
 

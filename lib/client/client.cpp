@@ -229,6 +229,11 @@ void Client::set_hard(bool hard)
     impl_->options.hard = hard;
 }
 
+void Client::set_change_ids(bool on)
+{
+    impl_->change_ids = on;
+}
+
 void Client::set_credentials(const Credentials &cred)
 {
     impl_->engine->current.cred = cred;

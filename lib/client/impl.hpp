@@ -125,6 +125,7 @@ struct Client::Impl {
     std::uint32_t slots_made = 0;
     std::vector<char> session_opened; // per server: ended when the client goes
     bool warned_no_slot = false;
+    bool change_ids = true; // false: changes carry none (Client::set_change_ids)
 
     // A slot of this client's session, given back when its call ends.
     struct SlotHold {
@@ -159,7 +160,7 @@ struct Client::Impl {
     // kernel ops, whose ids come with the task's context) its ids.
     void take_once(Rpc &r, SlotHold &hold)
     {
-        if (client_id == 0 || engine->current.once != nullptr ||
+        if (client_id == 0 || !change_ids || engine->current.once != nullptr ||
             !proto::changes_metadata(r.req.op()))
             return;
         std::uint32_t slot = 0;
