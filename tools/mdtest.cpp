@@ -209,6 +209,9 @@ std::unique_ptr<client::Client> connect_client(const Plan &p, bool exactly_once)
                 ::_exit(1);
         }
     }
+    // Ends its sessions: left open, each would keep its reply slots in the
+    // metadata store until the session ttl, under later runs' feet.
+    c.reset();
     ::_exit(0);
 }
 
