@@ -352,8 +352,10 @@ Addr Core::new_addr(const std::string &url, Method *method)
 {
     Addr addr = no_addr;
     if (!free_slots_.empty()) {
-        const std::uint32_t slot = free_slots_.back();
-        free_slots_.pop_back();
+        // The slot freed longest ago: its generation grows as slowly as
+        // the number of free slots allows.
+        const std::uint32_t slot = free_slots_.front();
+        free_slots_.pop_front();
         AddrEntry &e = addrs_[slot - 1];
         e.url = url;
         e.method = method;
@@ -391,7 +393,12 @@ void Core::forget_peer(Addr addr)
     unexpected_pool->forget(addr);
     std::string().swap(e->url);
     e->live = false;
-    ++e->generation; // the method pointer stays: ops still done may name it
+    // The method pointer stays: ops still done may name it.
+    if (e->generation >= last_addr_generation) {
+        ++retired_slots_; // one entry per 2^32 reuses of a slot
+        return;
+    }
+    ++e->generation;
     free_slots_.push_back(addr_slot(addr));
 }
 
@@ -994,7 +1001,7 @@ std::uint64_t Core::get_info(Info key) const
         return n;
     }
     case Info::peers:
-        return addrs_.size() - free_slots_.size();
+        return addrs_.size() - free_slots_.size() - retired_slots_;
     case Info::max_connections:
         return limits.max_connections;
     case Info::max_connections_per_address:

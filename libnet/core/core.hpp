@@ -26,7 +26,9 @@ inline constexpr std::uint32_t no_index = std::numeric_limits<std::uint32_t>::ma
 // An Addr is a slot number (1-based, low 32 bits) and the slot's generation
 // (high 32 bits): the slot of a freed peer is reused under a new
 // generation, so an Addr the user kept for a peer that is gone never names
-// its successor.  Slots never freed have generation 0.
+// its successor.  Slots never freed have generation 0; freed slots are
+// reused oldest first, and a slot freed at the last generation is retired
+// instead of wrapping (Core::forget_peer), so no Addr ever names two peers.
 [[nodiscard]] inline std::uint32_t addr_slot(Addr a) noexcept
 {
     return static_cast<std::uint32_t>(a & 0xffffffffU);
@@ -294,6 +296,12 @@ public:
     // a new generation.
     void forget_peer(Addr addr);
     [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
+    // The last generation an Addr slot may have: a slot freed at it is
+    // retired, never reused.  Wrapping to 0 instead would let an Addr kept
+    // for a peer long gone name whoever got its slot 2^32 reuses later (a
+    // flood of fresh URLs reuses one slot as fast as it connects).  A
+    // member so that tests can reach it in a few reuses.
+    std::uint32_t last_addr_generation = std::numeric_limits<std::uint32_t>::max();
     // Makes the first method's sleep end when fd (another method's) is
     // readable.
     int watch_internal(int fd);
@@ -383,9 +391,10 @@ private:
     void waited_for_work(const WaitWindow &w);
 
     std::vector<std::unique_ptr<Method>> methods_;
-    std::vector<int> ready_fds_;   // watched fds found readable, not yet taken
-    std::vector<AddrEntry> addrs_; // slot n is addrs_[n - 1]
-    std::vector<std::uint32_t> free_slots_;
+    std::vector<int> ready_fds_;           // watched fds found readable, not yet taken
+    std::vector<AddrEntry> addrs_;         // slot n is addrs_[n - 1]
+    std::deque<std::uint32_t> free_slots_; // oldest freed first
+    std::size_t retired_slots_ = 0;        // freed at last_addr_generation
     std::unordered_map<std::string, Addr> addr_by_url_;
     std::vector<std::uint32_t> free_ops_;
     std::vector<Context> contexts_;
