@@ -91,9 +91,8 @@ enum class Info : std::uint8_t {
     max_connections_per_address, // the same per source address (64)
     hello_timeout_ms,            // an accepted connection without a hello this
                                  // long is closed (10000)
-    frame_timeout_ms,            // a frame whose first byte arrived must be
-                                 // complete within this, else its connection
-                                 // is closed (30000)
+    frame_timeout_ms,            // a frame begun with no byte of it for this
+                                 // long closes its connection (30000)
     unexpected_total_bytes,      // unexpected messages buffered for all peers
                                  // together; a message over it closes its
                                  // connection (256 MiB)
@@ -105,6 +104,17 @@ enum class Info : std::uint8_t {
     unexpected_bytes,            // get: unexpected message bytes buffered now
     early_bytes,                 // get: early message bytes (and RTS entries)
                                  // buffered now
+    frame_min_rate,              // bytes a second: a frame must also be
+                                 // complete within frame_timeout_ms plus its
+                                 // size at this rate (4096)
+    send_queue_bytes,            // bytes queued to send on one connection
+                                 // (peers not looked up) over which reading
+                                 // from it stops until half drains; not
+                                 // drained for idle_timeout_ms, it is closed
+                                 // (4 MiB)
+    queued_bytes,                // get: bytes queued to send now, all
+                                 // connections (each frame counted with its
+                                 // queue entry)
 };
 
 // A contiguous piece of a list send / receive.

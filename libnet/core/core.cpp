@@ -929,6 +929,11 @@ int Core::set_info(Info key, std::uint64_t value)
             return -EINVAL;
         limits.frame_timeout = std::chrono::milliseconds(value);
         return 0;
+    case Info::frame_min_rate:
+        if (value < 1 || value > (std::uint64_t{1} << 30U))
+            return -EINVAL;
+        limits.frame_min_rate = value;
+        return 0;
     case Info::unexpected_total_bytes:
         if (value < limits.unexpected_peer_bytes)
             return -EINVAL;
@@ -938,6 +943,11 @@ int Core::set_info(Info key, std::uint64_t value)
         if (value < limits.eager)
             return -EINVAL;
         limits.early_total_bytes = value;
+        return 0;
+    case Info::send_queue_bytes:
+        if (value < 4096 || value > (std::uint64_t{1} << 30U))
+            return -EINVAL;
+        limits.send_queue_bytes = value;
         return 0;
     case Info::engine:
     case Info::open_connections:
@@ -949,6 +959,7 @@ int Core::set_info(Info key, std::uint64_t value)
     case Info::refused_connections:
     case Info::unexpected_bytes:
     case Info::early_bytes:
+    case Info::queued_bytes:
         return -EINVAL;
     }
     return -EINVAL;
@@ -988,7 +999,8 @@ std::uint64_t Core::get_info(Info key) const
     case Info::registrations:
     case Info::registration_hits:
     case Info::refused_connections:
-    case Info::early_bytes: {
+    case Info::early_bytes:
+    case Info::queued_bytes: {
         std::uint64_t n = 0;
         for (const auto &m : methods_)
             n += m->counter(key);
@@ -1014,6 +1026,10 @@ std::uint64_t Core::get_info(Info key) const
         return limits.unexpected_total_bytes;
     case Info::early_total_bytes:
         return limits.early_total_bytes;
+    case Info::frame_min_rate:
+        return limits.frame_min_rate;
+    case Info::send_queue_bytes:
+        return limits.send_queue_bytes;
     case Info::drop_addr:
         return 0;
     }

@@ -199,17 +199,24 @@ struct Limits {
     // What a peer that has not proved anything may hold (docs/bmi.md,
     // "Limits"): accepted connections in all and per source address
     // (more are closed at accept), how long an accepted connection may take
-    // to send its hello and any connection to finish a frame it started
-    // (slowloris), and the bytes of unexpected and early messages buffered
-    // for all peers together (per peer: unexpected_peer_bytes and the
-    // method's own early limit).  Over a global budget the frame is not
-    // buffered: its connection is closed.
+    // to send its hello, how a frame it started must progress (no byte of
+    // it for frame_timeout, or slower on average than frame_min_rate bytes
+    // a second after the first frame_timeout: slowloris), the bytes of
+    // unexpected and early messages buffered for all peers together (per
+    // peer: unexpected_peer_bytes and the method's own early limit; over a
+    // global budget the frame is not buffered, its connection is closed),
+    // and the bytes queued to send on one connection before reading from
+    // it stops (send_queue_bytes: a peer that asks and never reads the
+    // answers).  A connection not read for idle_timeout (a budget that
+    // did not free up, a send queue that did not drain) is closed.
     std::size_t max_connections = 4096;
     std::size_t max_connections_per_address = 64;
     std::chrono::milliseconds hello_timeout{10000};
     std::chrono::milliseconds frame_timeout{30000};
+    std::uint64_t frame_min_rate = 4096;
     std::size_t unexpected_total_bytes = std::size_t{256} << 20U;
     std::size_t early_total_bytes = std::size_t{64} << 20U;
+    std::size_t send_queue_bytes = std::size_t{4} << 20U;
 };
 
 // The poll time of test* calls, learned from how their waits ended.  A

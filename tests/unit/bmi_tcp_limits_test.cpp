@@ -70,10 +70,15 @@ void poke(bmi::Bmi &b, int rounds = 1)
 
 // A connection from 127.0.0.src to the server's port: non-blocking while
 // it connects (the server runs in this thread), blocking afterwards.
-UniqueFd raw_connect(std::uint16_t port, int src, bool wait = true)
+// bufs: its socket buffers' size, if not 0 (a peer that reads little).
+UniqueFd raw_connect(std::uint16_t port, int src, bool wait = true, int bufs = 0)
 {
     UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     ATF_REQUIRE(fd.valid());
+    if (bufs != 0) {
+        ATF_REQUIRE_EQ(::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &bufs, sizeof bufs), 0);
+        ATF_REQUIRE_EQ(::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &bufs, sizeof bufs), 0);
+    }
     sockaddr_in from{};
     from.sin_family = AF_INET;
     from.sin_addr.s_addr = htonl(0x7f000000U | static_cast<std::uint32_t>(src));
@@ -1134,6 +1139,295 @@ ATF_TEST_CASE_BODY(frame_deadline_spares_unread_bytes)
     ATF_REQUIRE_EQ(open, static_cast<std::uint64_t>(count));
 }
 
+namespace {
+
+std::chrono::milliseconds ms_since(Clock::time_point t)
+{
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t);
+}
+
+// The frame deadline follows progress (set_info frame_timeout_ms 1 s,
+// frame_min_rate 1000 bytes/s), on three raw connections at once:
+// - a 48 KiB message in 2 KiB pieces every 100 ms (2.4 s in all, moving
+//   all the time): delivered, its connection kept;
+// - a 2000-byte frame, one byte every 300 ms after the first 50: closed
+//   once 1 s + 2040 bytes at 1000 bytes/s (3 s) have passed, long before it
+//   would finish;
+// - 500 bytes of a 2000-byte frame and then nothing: closed 1 s after its
+//   last byte.
+// Before, the deadline counted from the first byte whatever came after: the
+// first two were closed after 1 s.
+void frame_progress(const char *engine)
+{
+    constexpr auto timeout = 1000ms;
+    constexpr std::size_t big = std::size_t{48} << 10U;
+    bmi::Bmi server(server_options(engine));
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::frame_timeout_ms, timeout.count()), 0);
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::frame_min_rate, 1000), 0);
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::unexpected_limit, std::size_t{64} << 10U), 0);
+    const std::uint16_t port = port_of(server.listen_addresses().at(0));
+    UniqueFd legit = raw_connect(port, 2);
+    UniqueFd trickle = raw_connect(port, 3);
+    UniqueFd stalled = raw_connect(port, 4);
+    ATF_REQUIRE(send_all(legit.get(), hello("tcp://198.18.0.30:1")));
+    ATF_REQUIRE(send_all(trickle.get(), hello("tcp://198.18.0.31:1")));
+    ATF_REQUIRE(send_all(stalled.get(), hello("tcp://198.18.0.32:1")));
+    poke(server, 10);
+    ATF_REQUIRE_EQ(server.get_info(bmi::Info::open_connections), 3U);
+
+    const std::vector<std::byte> slow = message(tcp::FrameType::unexpected, 2000, 2);
+    std::vector<std::byte> large = message(tcp::FrameType::unexpected, big, 1);
+    for (std::size_t i = tcp::frame_header_size; i < large.size(); ++i)
+        large[i] = static_cast<std::byte>(i * 7);
+    const auto start = Clock::now();
+    ATF_REQUIRE(send_all(trickle.get(), {slow.begin(), slow.begin() + 50}));
+    ATF_REQUIRE(send_all(stalled.get(), {slow.begin(), slow.begin() + 500}));
+    std::size_t large_sent = 0;
+    std::size_t trickle_sent = 50;
+    auto next_piece = start;
+    auto next_byte = start + 300ms;
+    std::chrono::milliseconds trickle_at{-1};
+    std::chrono::milliseconds stalled_at{-1};
+    std::vector<bmi::UnexpectedMessage> in;
+    while (ms_since(start) < 6s && (trickle_at.count() < 0 || stalled_at.count() < 0 ||
+                                    in.empty() || large_sent < large.size())) {
+        const auto now = Clock::now();
+        if (large_sent < large.size() && now >= next_piece) {
+            const std::size_t n = std::min<std::size_t>(2048, large.size() - large_sent);
+            ATF_REQUIRE(send_all(legit.get(), {large.begin() + static_cast<long>(large_sent),
+                                               large.begin() + static_cast<long>(large_sent + n)}));
+            large_sent += n;
+            next_piece += 100ms;
+        }
+        if (trickle_at.count() < 0 && now >= next_byte && trickle_sent < slow.size()) {
+            send_all(trickle.get(), {slow[trickle_sent++]});
+            next_byte += 300ms;
+        }
+        server.testunexpected(in, 4, 0);
+        if (trickle_at.count() < 0 && closed_by_server(trickle.get()))
+            trickle_at = ms_since(start);
+        if (stalled_at.count() < 0 && closed_by_server(stalled.get()))
+            stalled_at = ms_since(start);
+        std::this_thread::sleep_for(5ms);
+    }
+    std::printf("%s: the 48 KiB message %s after %lld ms; trickle closed after %lld ms (%zu "
+                "bytes sent), the stalled frame after %lld ms\n",
+                engine, in.empty() ? "not delivered" : "delivered",
+                static_cast<long long>(ms_since(start).count()),
+                static_cast<long long>(trickle_at.count()), trickle_sent,
+                static_cast<long long>(stalled_at.count()));
+    ATF_REQUIRE_EQ(in.size(), 1U);
+    ATF_REQUIRE_EQ(in[0].data().size(), big);
+    ATF_REQUIRE(std::equal(in[0].data().begin(), in[0].data().end(),
+                           large.begin() + tcp::frame_header_size));
+    ATF_REQUIRE(!closed_by_server(legit.get()));
+    // 1 s + 2040 bytes at 1000 bytes/s; checked every 250 ms.
+    ATF_REQUIRE(trickle_at >= 2800ms && trickle_at <= 4500ms);
+    ATF_REQUIRE(trickle_sent < slow.size());
+    // 1 s after its last byte (at the start), not at 3 s.
+    ATF_REQUIRE(stalled_at >= 800ms && stalled_at <= 2200ms);
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(frame_progress_epoll);
+ATF_TEST_CASE_BODY(frame_progress_epoll)
+{
+    frame_progress("epoll");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(frame_progress_uring);
+ATF_TEST_CASE_BODY(frame_progress_uring)
+{
+    frame_progress("uring");
+}
+
+namespace {
+
+// A connection paused on its peer's unexpected budget (32 KiB here) because
+// the application holds that peer's messages: it reads again each time one
+// is freed, and once none has been for the idle timeout (2.5 s) it is closed,
+// freeing its slot and caps; the messages held stay valid, and the peer
+// goes once they are freed.  Before, it stayed open and unread forever.
+void pause_deadline(const char *engine)
+{
+    constexpr auto ttl = 2500ms;
+    constexpr std::size_t size = 8192;
+    bmi::Bmi server(server_options(engine));
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::idle_timeout_ms, ttl.count()), 0);
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::unexpected_peer_bytes, 4 * size), 0);
+    const std::uint16_t port = port_of(server.listen_addresses().at(0));
+    UniqueFd fd = raw_connect(port, 2);
+    std::vector<std::byte> out = hello("tcp://198.18.0.33:1");
+    for (int i = 0; i < 12; ++i) {
+        const std::vector<std::byte> m = message(tcp::FrameType::unexpected, size, 1);
+        out.insert(out.end(), m.begin(), m.end());
+    }
+    pump(server, fd.get(), out);
+    std::vector<bmi::UnexpectedMessage> held;
+    const auto take = [&] {
+        poke(server, 5);
+        server.testunexpected(held, 64, 0);
+    };
+    take();
+    ATF_REQUIRE_EQ(held.size(), 4U); // the budget: paused
+    const auto start = Clock::now();
+    // Freed one at a time within the timeout: read again each time.
+    auto last_free = start;
+    for (int i = 0; i < 3; ++i) {
+        while (ms_since(last_free) < 1200ms) {
+            take();
+            std::this_thread::sleep_for(5ms);
+        }
+        held.erase(held.begin());
+        last_free = Clock::now();
+        ATF_REQUIRE(poke_until(server, 2s, [&] {
+            server.testunexpected(held, 64, 0);
+            return held.size() == 4;
+        }));
+    }
+    ATF_REQUIRE_EQ(server.get_info(bmi::Info::open_connections), 1U);
+    ATF_REQUIRE(ms_since(start) > ttl); // paused longer in all than the timeout
+    // Then nothing freed: closed after the timeout.
+    ATF_REQUIRE(poke_until(server, ttl + 3s,
+                           [&] { return server.get_info(bmi::Info::open_connections) == 0; }));
+    const auto closed_after = ms_since(last_free);
+    std::printf("%s: closed %lld ms after the last message was freed\n", engine,
+                static_cast<long long>(closed_after.count()));
+    ATF_REQUIRE(closed_after >= ttl - 100ms);
+    ATF_REQUIRE(poke_until(server, 2s, [&] { return closed_by_server(fd.get()); }));
+    ATF_REQUIRE_EQ(server.get_info(bmi::Info::peers), 1U); // its messages hold it
+    for (const bmi::UnexpectedMessage &m : held)
+        ATF_REQUIRE_EQ(m.data().size(), size);
+    held.clear();
+    poke(server, 5);
+    ATF_REQUIRE_EQ(server.get_info(bmi::Info::peers), 0U);
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(pause_deadline_epoll);
+ATF_TEST_CASE_BODY(pause_deadline_epoll)
+{
+    pause_deadline("epoll");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(pause_deadline_uring);
+ATF_TEST_CASE_BODY(pause_deadline_uring)
+{
+    pause_deadline("uring");
+}
+
+namespace {
+
+// Peers that ask and never read the answers, with small socket buffers:
+// one sends 64-byte requests the server answers with 1 KiB each (its
+// application answers everything), another pings.  With send_queue_bytes
+// at 64 KiB the server stops reading from each once its answers queue up
+// (the bytes it holds to send stay bounded, far below what was asked), and
+// closes each after the idle timeout (2 s) of not draining; a legitimate
+// client is answered throughout.  Before, the server read on and queued
+// every answer: memory without bound.
+void send_queue(const char *engine)
+{
+    constexpr auto ttl = 2000ms;
+    constexpr std::size_t cap = std::size_t{64} << 10U;
+    constexpr std::size_t bound = std::size_t{512} << 10U;
+    bmi::Bmi server(server_options(engine));
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::idle_timeout_ms, ttl.count()), 0);
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::send_queue_bytes, cap), 0);
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::unexpected_limit, 1024), 0);
+    ATF_REQUIRE_EQ(server.set_info(bmi::Info::unexpected_peer_bytes, 8192), 0);
+    const bmi::ContextId sctx = server.open_context();
+    const bmi::ContextId replies = server.open_context();
+    const std::string url = server.listen_addresses().at(0);
+    Legit legit(url);
+    ATF_REQUIRE(legit.round_trip(server, sctx, 1, 5s));
+    const std::vector<std::byte> answer(1024, std::byte{0x33});
+
+    struct Flood {
+        const char *what;
+        tcp::FrameType type;
+        std::size_t payload;
+    };
+    for (const Flood &f : {Flood{"requests", tcp::FrameType::unexpected, 64},
+                           Flood{"pings", tcp::FrameType::ping, 0}}) {
+        UniqueFd fd = raw_connect(port_of(url), 2, true, 4096);
+        ATF_REQUIRE(send_all(fd.get(), hello(""))); // a client: not called back
+        const std::vector<std::byte> one = message(f.type, f.payload, 1);
+        std::vector<std::byte> batch;
+        for (int i = 0; i < 1000; ++i)
+            batch.insert(batch.end(), one.begin(), one.end());
+        std::size_t sent = 0;        // bytes of requests written
+        std::size_t answered = 0;    // requests the application answered
+        std::size_t most = 0;        // queued bytes, at most
+        std::size_t pending = 0;     // of the batch being written
+        std::size_t completions = 0; // answers ended (written or failed)
+        int rounds = 0;
+        const auto serve = [&] {
+            std::vector<bmi::UnexpectedMessage> in;
+            server.testunexpected(in, 64, 0);
+            for (const bmi::UnexpectedMessage &m : in) {
+                // Refused at once once its connection is gone (the peer
+                // has no listener to call back).
+                const bmi::Post p =
+                    server.post_send(m.peer(), answer.data(), answer.size(), 1, nullptr, replies);
+                ++answered;
+                completions += !p.ok() || p.completed ? 1 : 0;
+            }
+            std::array<bmi::Completion, 64> done{};
+            completions += server.testcontext(replies, done, 0);
+            most = std::max<std::size_t>(most, server.get_info(bmi::Info::queued_bytes));
+        };
+        const auto start = Clock::now();
+        while (ms_since(start) < 3s && most <= 16 * bound) {
+            if (pending == 0)
+                pending = batch.size();
+            const ssize_t w = ::send(fd.get(), batch.data() + (batch.size() - pending), pending,
+                                     MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) {
+                pending -= static_cast<std::size_t>(w);
+                sent += static_cast<std::size_t>(w);
+            }
+            serve();
+            if (++rounds % 500 == 0)
+                ATF_REQUIRE(legit.round_trip(server, sctx, 10 + rounds, 5s));
+        }
+        const std::size_t asked = sent / one.size();
+        std::printf("%s, %s: %zu asked, %zu answered by the application, at most %zu KiB "
+                    "queued (cap %zu KiB)\n",
+                    engine, f.what, asked, answered, most >> 10, cap >> 10);
+        ATF_REQUIRE(most <= bound);
+        // Not drained: closed after the idle timeout, its answers failed.
+        ATF_REQUIRE(poke_until(server, ttl + 3s, [&] {
+            serve();
+            return server.get_info(bmi::Info::open_connections) == 1; // the legitimate one
+        }));
+        ATF_REQUIRE(poke_until(server, 2s, [&] {
+            serve();
+            return completions == answered;
+        }));
+        std::printf("%s, %s: closed after %lld ms\n", engine, f.what,
+                    static_cast<long long>(ms_since(start).count()));
+        ATF_REQUIRE(server.get_info(bmi::Info::queued_bytes) < 4096);
+        ATF_REQUIRE(legit.round_trip(server, sctx, 2, 5s));
+    }
+}
+
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(send_queue_epoll);
+ATF_TEST_CASE_BODY(send_queue_epoll)
+{
+    send_queue("epoll");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(send_queue_uring);
+ATF_TEST_CASE_BODY(send_queue_uring)
+{
+    send_queue("uring");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, connection_caps);
@@ -1152,4 +1446,10 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, early_expires);
     ATF_ADD_TEST_CASE(tcs, frame_deadline_spares_looked_up_peers);
     ATF_ADD_TEST_CASE(tcs, frame_deadline_spares_unread_bytes);
+    ATF_ADD_TEST_CASE(tcs, frame_progress_epoll);
+    ATF_ADD_TEST_CASE(tcs, frame_progress_uring);
+    ATF_ADD_TEST_CASE(tcs, pause_deadline_epoll);
+    ATF_ADD_TEST_CASE(tcs, pause_deadline_uring);
+    ATF_ADD_TEST_CASE(tcs, send_queue_epoll);
+    ATF_ADD_TEST_CASE(tcs, send_queue_uring);
 }

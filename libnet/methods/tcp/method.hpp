@@ -109,6 +109,7 @@ struct Conn {
     bool connecting = false;
     bool hello_received = false;
     bool paused = false;        // not reading: a budget is exhausted
+    bool send_held = false;     // not reading: the send queue is over its cap
     bool write_blocked = false; // the socket returned EAGAIN on the last write
     bool hung_up = false;       // the engine reported EPOLLRDHUP, EPOLLHUP or EPOLLERR
     bool closed = true;
@@ -117,8 +118,13 @@ struct Conn {
     std::string source;                  // accepted: the peer's address bytes (the per-address cap)
     Clock::time_point opened;            // accepted: when (the hello deadline)
     Clock::time_point frame_started;     // the first byte of an unfinished frame; {} if none
+    Clock::time_point frame_progress;    // the last byte of it that arrived
+    std::size_t frame_bytes = 0;         // its header and payload, once the header is in
+    Clock::time_point stopped_since;     // when reading it stopped (paused, send_held)
+    const char *stopped_why = "";        // why, for the log
     std::size_t unexpected_reserved = 0; // an unexpected payload arriving: its size
     RingQueue<TxItem> tx;
+    std::size_t tx_bytes = 0; // unwritten bytes of tx, plus tx_entry_charge per item
     // receive side
     std::vector<std::byte> stage; // sized as bytes come (hello_stage_size, stage_size)
     std::size_t rb = 0;
@@ -139,17 +145,34 @@ struct Conn {
     {
         return re > rb || payload_left > 0 || sink != Sink::none;
     }
+    // Not stopped by a budget or by its send queue.
+    [[nodiscard]] bool reading() const noexcept { return !paused && !send_held; }
 };
 
-// The frame deadline runs from a frame's first byte: set when bytes of an
-// unfinished frame are in, cleared when none are (parse clears it as each
-// frame completes, so a frame begun in the same read starts afresh).
-inline void note_frame_progress(Conn &k) noexcept
+// The frame deadlines run from a frame's first byte and from its latest:
+// set when bytes of an unfinished frame are in (arrived: new ones were
+// read), cleared when none are (parse clears them as each frame completes,
+// so a frame begun in the same read starts afresh).
+inline void note_frame_progress(Conn &k, bool arrived) noexcept
 {
-    if (!k.mid_frame())
+    if (!k.mid_frame()) {
         k.frame_started = {};
-    else if (k.frame_started == Clock::time_point{})
-        k.frame_started = Clock::now();
+        k.frame_bytes = 0;
+    } else if (k.frame_started == Clock::time_point{}) {
+        k.frame_started = k.frame_progress = Clock::now();
+    } else if (arrived) {
+        k.frame_progress = Clock::now();
+    }
+}
+
+// What a queued frame counts against Limits::send_queue_bytes besides its
+// unwritten bytes: its queue entry, so that a flood of pings answered with
+// 40-byte pongs is charged what it costs.
+inline constexpr std::size_t tx_entry_charge = sizeof(TxItem);
+
+[[nodiscard]] inline std::size_t tx_charge(const TxItem &it) noexcept
+{
+    return (frame_header_size - it.hdr_sent) + (it.len - it.sent) + tx_entry_charge;
 }
 
 // A receive the peer announced with READY: the next message on its tag,
@@ -245,6 +268,9 @@ private:
     void on_connected(std::uint32_t c);
     void accept_all();
     void check_deadlines(Clock::time_point now);
+    // Reading from c stopped or resumed (paused or send_held changed since
+    // it was `was_reading`): the stop's clock, the events, the frame clock.
+    void reading_changed(std::uint32_t c, bool was_reading);
     // Early messages nobody received within the idle timeout are dropped
     // (the early budgets are not held forever).
     void expire_early(Clock::time_point now);
@@ -261,6 +287,17 @@ private:
     bool flush(std::uint32_t c); // false when the connection died
     void item_written(std::uint32_t c, TxItem &item);
     void detach_tx(std::uint32_t i);
+    // Where the answers to what arrives on k are queued: its own queue and
+    // its peer's sending connection's; the larger.
+    [[nodiscard]] std::size_t answers_queued(const Conn &k);
+    // That is over send_queue_bytes, for a peer the user did not look up:
+    // the peer asks and does not read the answers.
+    [[nodiscard]] bool send_queue_full(const Conn &k);
+    // Before a frame is read from c: false (reading stops, send_held) when
+    // its send queue is full even after a flush.
+    bool send_queue_room(std::uint32_t c);
+    // Reading resumes once the queue is down to half the cap.
+    void release_sends(std::uint32_t c);
 
     // receiving
     bool handle_readable(std::uint32_t c); // true: the socket is drained
@@ -338,10 +375,13 @@ private:
     std::unordered_map<std::string, std::size_t> per_source_;
     std::size_t early_total_ = 0;         // early bytes (and RTS charges), all peers
     std::size_t unexpected_inflight_ = 0; // unexpected payloads being received
+    std::size_t stopped_ = 0;             // open connections not being read
+    std::size_t held_ = 0;                // of them, held on a send queue
     std::uint64_t refused_ = 0;
     Clock::time_point next_deadline_check_;
     std::vector<Addr> retiring_;
     const char *close_why_ = nullptr; // why a handler's Verdict::close closes
+    const char *pause_why_ = "";      // why its Verdict::pause pauses
     int close_error_ = -EPROTO;
     // Refusals are logged at most once a minute each, with how many were
     // not.

@@ -130,12 +130,12 @@ void TcpMethod::resume_peer(Addr addr)
         return;
     for (const std::uint32_t c : p->conns) {
         Conn &k = *conns_[c];
+        // One still held on its send queue is parsed once that drains
+        // (its stop clock goes on: it is still not read).
         if (k.paused) {
+            const bool was_reading = k.reading();
             k.paused = false;
-            // It waited for us, not for its peer: the deadline restarts.
-            k.frame_started = k.mid_frame() ? Clock::now() : Clock::time_point{};
-            update_events(c);
-            to_parse_.push_back(c);
+            reading_changed(c, was_reading);
         }
     }
 }
@@ -222,8 +222,10 @@ TcpMethod::Verdict TcpMethod::on_eager(std::uint32_t c, Peer &p, const FrameHead
 // frame is not buffered and its connection closes.
 TcpMethod::Verdict TcpMethod::charge_early(Peer &p, std::size_t charge)
 {
-    if (p.early_bytes + charge > early_peer_bytes && p.early_bytes > 0)
+    if (p.early_bytes + charge > early_peer_bytes && p.early_bytes > 0) {
+        pause_why_ = "its early messages fill the peer's budget (4 MiB) and none was received";
         return Verdict::pause;
+    }
     if (early_total_ + charge > core_.limits.early_total_bytes)
         return over_budget("early messages over the global budget (early_total_bytes)");
     return Verdict::accept;
@@ -290,8 +292,11 @@ void TcpMethod::sink_early_eager(std::uint32_t c, Peer &p, const FrameHeader &h)
 TcpMethod::Verdict TcpMethod::on_unexpected(std::uint32_t c, Peer &p, const FrameHeader &h)
 {
     if (core_.unexpected_pool->outstanding(p.addr) + h.size > core_.limits.unexpected_peer_bytes &&
-        core_.unexpected_pool->outstanding(p.addr) > 0)
+        core_.unexpected_pool->outstanding(p.addr) > 0) {
+        pause_why_ = "its unexpected messages the application holds fill the peer's budget "
+                     "(unexpected_peer_bytes) and none was freed";
         return Verdict::pause;
+    }
     // The peer's budget holds while its connections last; a fresh URL per
     // connection gets a fresh one, so all peers together have one too.
     if (core_.unexpected_pool->total() + unexpected_inflight_ + h.size >
@@ -487,6 +492,7 @@ void TcpMethod::payload_done(std::uint32_t c)
     const Sink sink = k.sink;
     k.sink = Sink::none;
     k.frame_started = {};
+    k.frame_bytes = 0;
     switch (sink) {
     case Sink::hello: {
         HelloBody body;
@@ -637,6 +643,8 @@ bool TcpMethod::parse(std::uint32_t c)
         }
         if (k.re - k.rb < frame_header_size)
             return true;
+        if (!send_queue_room(c))
+            return false; // closed, or held until the peer reads
         FrameHeader h;
         const std::span<const std::byte, frame_header_size> hb(k.stage.data() + k.rb,
                                                                frame_header_size);
@@ -661,11 +669,14 @@ bool TcpMethod::parse(std::uint32_t c)
             return false;
         }
         if (v == Verdict::pause) {
+            const bool was_reading = k.reading();
             k.paused = true;
-            update_events(c);
+            k.stopped_why = pause_why_;
+            reading_changed(c, was_reading);
             return false;
         }
         k.rb += frame_header_size;
+        k.frame_bytes = frame_header_size + k.payload_left;
         if (h.type == FrameType::eager || h.type == FrameType::rts || h.type == FrameType::direct) {
             // Counted when accepted (a paused header is parsed again).
             Peer &p = *peer_ptr(k.peer);
@@ -674,8 +685,10 @@ bool TcpMethod::parse(std::uint32_t c)
         }
         if (k.payload_left == 0 && k.sink != Sink::none)
             payload_done(c);
-        else if (k.payload_left == 0)
+        else if (k.payload_left == 0) {
             k.frame_started = {}; // a frame without payload: done
+            k.frame_bytes = 0;
+        }
     }
     return false;
 }
@@ -687,7 +700,7 @@ bool TcpMethod::handle_readable(std::uint32_t c)
 {
     Conn &k = *conns_[c];
     for (int round = 0; round < 16; ++round) {
-        if (k.closed || k.paused)
+        if (k.closed || !k.reading())
             return true;
         // The stage comes with bytes, small, and doubles (up to stage_size,
         // once the hello is in) when a read fills it: a connection costs
@@ -740,9 +753,12 @@ bool TcpMethod::handle_readable(std::uint32_t c)
             if (got == asked && k.hello_received && k.stage.size() < stage_size)
                 k.stage.resize(std::min(stage_size, k.stage.size() * 2));
         }
-        if (!parse(c))
+        if (!parse(c)) {
+            if (!k.closed)
+                note_frame_progress(k, true);
             return true;
-        note_frame_progress(k);
+        }
+        note_frame_progress(k, true);
         // A read shorter than asked emptied the socket's queue: data that
         // comes later wakes the engine again (epoll: level-triggered;
         // io_uring: the multishot poll posts a completion per wake-up), so

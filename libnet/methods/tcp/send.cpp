@@ -79,6 +79,7 @@ void TcpMethod::queue_frame(std::uint32_t c, const FrameHeader &h, std::uint32_t
     Conn &k = *conns_[c];
     if (k.tx.empty())
         dirty_.push_back(c);
+    k.tx_bytes += tx_charge(item);
     if (front)
         k.tx.push_front(std::move(item));
     else
@@ -149,9 +150,11 @@ bool TcpMethod::flush(std::uint32_t c)
             const std::size_t d = std::min(written, it.len - it.sent);
             it.sent += d;
             written -= d;
+            k.tx_bytes -= h + d;
             if (it.hdr_sent == frame_header_size && it.sent == it.len) {
                 TxItem done = std::move(it);
                 k.tx.pop_front();
+                k.tx_bytes -= tx_entry_charge;
                 item_written(c, done);
                 if (k.closed)
                     return false;
@@ -164,8 +167,77 @@ bool TcpMethod::flush(std::uint32_t c)
     }
     if (k.tx.empty())
         k.write_blocked = false;
+    release_sends(c);
     update_events(c);
     return true;
+}
+
+std::size_t TcpMethod::answers_queued(const Conn &k)
+{
+    std::size_t n = k.tx_bytes;
+    if (const Peer *p = peer_ptr(k.peer); p != nullptr && p->tx_conn != no_index)
+        n = std::max(n, conns_[p->tx_conn]->tx_bytes);
+    return n;
+}
+
+bool TcpMethod::send_queue_full(const Conn &k)
+{
+    return answers_queued(k) > core_.limits.send_queue_bytes &&
+           (k.peer == no_addr || !core_.pinned(k.peer));
+}
+
+// The peer asks (pings, requests the application answers) and does not
+// read the answers: reading from it stops until it does, so the queue
+// holds at most the cap plus the answers to what was already read.  A
+// peer the user looked up is spared, as by the frame deadline: then on
+// any connection at most one side holds (the side that did not look the
+// other up; whoever connects first looked its peer up), so two ends that
+// both send more than they read cannot wait for each other forever.
+bool TcpMethod::send_queue_room(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    if (!send_queue_full(k))
+        return true;
+    // What the sockets take now is not queued.
+    if (!flush(c))
+        return false;
+    if (const Peer *p = peer_ptr(k.peer); p != nullptr && p->tx_conn != no_index && p->tx_conn != c)
+        flush(p->tx_conn);
+    if (k.closed || !send_queue_full(k))
+        return !k.closed;
+    const bool was_reading = k.reading();
+    k.send_held = true;
+    ++held_;
+    if (was_reading)
+        k.stopped_why = "its peer does not read what is sent to it (send queue over "
+                        "send_queue_bytes)";
+    reading_changed(c, was_reading);
+    return false;
+}
+
+// A queue of c drained: the connections held on it read again once it is
+// down to half the cap (not stopping and starting for every few bytes).
+void TcpMethod::release_sends(std::uint32_t c)
+{
+    if (held_ == 0)
+        return; // the common case, on every flush
+    const auto release = [this](std::uint32_t h) {
+        Conn &k = *conns_[h];
+        if (!k.send_held || k.closed)
+            return;
+        const bool looked_up = k.peer != no_addr && core_.pinned(k.peer);
+        if (answers_queued(k) > core_.limits.send_queue_bytes / 2 && !looked_up)
+            return;
+        k.send_held = false;
+        --held_;
+        reading_changed(h, false);
+    };
+    if (const Peer *p = peer_ptr(conns_[c]->peer); p != nullptr) {
+        for (const std::uint32_t h : p->conns)
+            release(h);
+    } else {
+        release(c);
+    }
 }
 
 void TcpMethod::item_written(std::uint32_t c, TxItem &item)
@@ -219,6 +291,7 @@ void TcpMethod::detach_tx(std::uint32_t i)
             continue;
         }
         if (it->hdr_sent == 0) {
+            conns_[c]->tx_bytes -= tx_charge(*it);
             it = tx.erase(it);
             continue;
         }
@@ -246,6 +319,7 @@ void TcpMethod::detach_tx(std::uint32_t i)
         it->op_id = no_op;
         ++it;
     }
+    release_sends(c);
 }
 
 } // namespace bmi::tcp

@@ -182,14 +182,16 @@ std::uint32_t TcpMethod::new_conn(UniqueFd fd)
     conn_generation_ = (conn_generation_ + 1) & generation_mask;
     k.generation = conn_generation_;
     k.peer = no_addr;
-    k.connecting = k.hello_received = k.paused = false;
+    k.connecting = k.hello_received = k.paused = k.send_held = false;
     k.closed = false;
     k.accepted = false;
     k.source.clear();
-    k.frame_started = {};
+    k.frame_started = k.frame_progress = k.stopped_since = {};
+    k.frame_bytes = 0;
     k.unexpected_reserved = 0;
     k.events = 0;
     k.tx.clear();
+    k.tx_bytes = 0;
     k.rb = k.re = 0;
     k.sink = Sink::none;
     k.sink_op = no_index;
@@ -208,7 +210,7 @@ void TcpMethod::update_events(std::uint32_t c)
         return;
     // Writability matters only once the socket refused bytes: queued frames
     // are otherwise written at once (or at the end of this progress call).
-    std::uint32_t want = k.paused ? 0U : static_cast<std::uint32_t>(EPOLLIN);
+    std::uint32_t want = k.reading() ? static_cast<std::uint32_t>(EPOLLIN) : 0U;
     if (k.connecting || (k.write_blocked && !k.tx.empty()))
         want |= EPOLLOUT;
     if (want == k.events)
@@ -263,6 +265,7 @@ void TcpMethod::queue_hello(std::uint32_t c)
     encode_hello(body, item.own);
     item.len = h.size;
     item.type = FrameType::hello;
+    conns_[c]->tx_bytes += tx_charge(item);
     conns_[c]->tx.push_front(std::move(item));
     dirty_.push_back(c);
 }
@@ -360,49 +363,92 @@ void TcpMethod::flush_rate_logs(Clock::time_point now)
         log.last = now;
     };
     flush(refused_log_, "more connections refused at accept (connection caps)");
-    flush(deadline_log_, "more connections closed for a missed hello or frame deadline");
+    flush(deadline_log_, "more connections closed for a missed deadline");
     flush(budget_log_, "more connections closed over a global message budget");
 }
 
-// The hello and frame deadlines (Limits::hello_timeout, frame_timeout): a
-// connection that takes longer is closed.  A paused connection waits for
-// this side's budget, not for its peer: its clock restarts on resume.  A
-// peer the user looked up (a server of this client, say) is not held to
-// the frame deadline: its application may pause between BMI calls in the
-// middle of a frame, and its ops have the idle timeout.
+// The deadlines (docs/bmi.md "Limits"): a connection that misses one is
+// closed.
+// - The hello (Limits::hello_timeout), from the accept.
+// - A frame begun: no byte of it for frame_timeout, or not complete within
+//   frame_timeout plus its size at frame_min_rate.  Progress, not a total:
+//   a large frame over a slow link keeps its connection as long as it
+//   moves at that rate (a total of 30 s cut off a 512 KiB chunk below
+//   17 KiB/s), while a slowloris that sends a byte now and then stays no
+//   longer than a prompt sender of the same frame would plus the grace.
+//   A connection this side stopped reading waits for this side, not for
+//   its peer: its clocks restart when reading resumes.  A peer the user
+//   looked up (a server of this client, say) is not held to it: its
+//   application may pause between BMI calls in the middle of a frame, and
+//   its ops have the idle timeout.
+// - Not read for the idle timeout: paused on a budget that did not free up
+//   (unexpected messages the application holds), or held on a send queue
+//   its peer did not drain.  Its peer's pings went unanswered that long,
+//   so its ops to this side have failed by then anyway.
 void TcpMethod::check_deadlines(Clock::time_point now)
 {
+    using std::chrono::milliseconds;
     for (std::uint32_t c = 0; c < conns_.size(); ++c) {
         Conn &k = *conns_[c];
         if (k.closed)
             continue;
-        const char *what = nullptr;
-        std::chrono::milliseconds limit{};
-        if (k.accepted && !k.hello_received && now - k.opened >= core_.limits.hello_timeout) {
-            what = "no hello";
-            limit = core_.limits.hello_timeout;
-        } else if (!k.paused && k.frame_started != Clock::time_point{} &&
-                   now - k.frame_started >= core_.limits.frame_timeout &&
+        std::string why;
+        if (!k.reading()) {
+            if (now - k.stopped_since >= core_.limits.idle_timeout)
+                why = fmt::format("not read for {} ms: {}", core_.limits.idle_timeout.count(),
+                                  k.stopped_why);
+        } else if (k.accepted && !k.hello_received &&
+                   now - k.opened >= core_.limits.hello_timeout) {
+            why = fmt::format("no hello within {} ms", core_.limits.hello_timeout.count());
+        } else if (k.frame_started != Clock::time_point{} &&
                    (k.peer == no_addr || !core_.pinned(k.peer))) {
-            what = "a frame not finished";
-            limit = core_.limits.frame_timeout;
+            const std::uint64_t bytes = std::max(k.frame_bytes, frame_header_size);
+            const milliseconds allowed =
+                core_.limits.frame_timeout +
+                milliseconds(bytes * 1000 /
+                             std::max<std::uint64_t>(core_.limits.frame_min_rate, 1));
+            if (now - k.frame_progress >= core_.limits.frame_timeout)
+                why = fmt::format("no byte of a frame begun for {} ms",
+                                  core_.limits.frame_timeout.count());
+            else if (now - k.frame_started >= allowed)
+                why = fmt::format("a frame of {} bytes not finished within {} ms (frame_min_rate "
+                                  "{} bytes/s)",
+                                  bytes, allowed.count(), core_.limits.frame_min_rate);
         }
-        if (what == nullptr)
+        if (why.empty())
             continue;
-        // Bytes waiting unread are this side's delay (a stall of its
-        // application, or the bound on reads per call), not the peer's:
-        // they are read first and the deadline looked at again next round.
+        // Bytes waiting unread in a connection being read are this side's
+        // delay (a stall of its application, or the bound on reads per
+        // call), not the peer's: they are read first and the deadline
+        // looked at again next round.
         int waiting = 0;
-        if (::ioctl(k.fd.get(), FIONREAD, &waiting) == 0 && waiting > 0) {
+        if (k.reading() && ::ioctl(k.fd.get(), FIONREAD, &waiting) == 0 && waiting > 0) {
             if (std::find(unread_.begin(), unread_.end(), c) == unread_.end())
                 unread_.push_back(c);
             continue;
         }
         const std::string who = k.peer != no_addr ? core_.url_of(k.peer) : "an unidentified peer";
-        const std::string why = fmt::format("{} within {} ms", what, limit.count());
         log_refusal(deadline_log_, fmt::format("closing connection to {}: {}", who, why));
         close_conn(c, -ETIMEDOUT, why);
     }
+}
+
+void TcpMethod::reading_changed(std::uint32_t c, bool was_reading)
+{
+    Conn &k = *conns_[c];
+    if (k.closed || k.reading() == was_reading)
+        return;
+    if (!k.reading()) {
+        k.stopped_since = Clock::now();
+        ++stopped_;
+    } else {
+        --stopped_;
+        // It waited for this side, not for its peer: the frame's clocks
+        // restart, and what is staged or waiting in the socket is read.
+        k.frame_started = k.frame_progress = k.mid_frame() ? Clock::now() : Clock::time_point{};
+        to_parse_.push_back(c);
+    }
+    update_events(c);
 }
 
 void TcpMethod::expire_early(Clock::time_point now)
@@ -457,6 +503,12 @@ std::uint64_t TcpMethod::counter(Info key) const
         return early_total_;
     case Info::unexpected_bytes:
         return unexpected_inflight_;
+    case Info::queued_bytes: {
+        std::uint64_t n = 0;
+        for (const auto &k : conns_)
+            n += k->closed ? 0 : k->tx_bytes;
+        return n;
+    }
     default:
         return 0;
     }
@@ -477,6 +529,11 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
     engine_->remove(k.fd.get(), event_key(c, k.generation));
     k.fd.reset();
     k.closed = true;
+    if (!k.reading())
+        --stopped_;
+    if (k.send_held)
+        --held_;
+    k.paused = k.send_held = false;
     if (k.accepted) {
         --accepted_open_;
         if (const auto it = per_source_.find(k.source);
@@ -487,8 +544,10 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
     unexpected_inflight_ -= std::min(unexpected_inflight_, k.unexpected_reserved);
     k.unexpected_reserved = 0;
     k.frame_started = {};
+    k.frame_bytes = 0;
     // Owned bytes die with the connection; ops referenced by items are failed below.
     k.tx.clear();
+    k.tx_bytes = 0;
     k.sink = Sink::none;
     k.sink_op = no_index;
     // A closed slot keeps no buffers: it may stay unused for long.
@@ -500,6 +559,8 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
         std::erase(p->conns, c);
         if (p->tx_conn == c)
             p->tx_conn = no_index;
+        if (!p->conns.empty())
+            release_sends(p->conns.front()); // those held on this one's queue
         fail_peer_ops(*p, error);
         // A complete eager message stays: its sender's op completed when
         // the frame was written, so nobody sends it again, and its peer may
@@ -762,11 +823,11 @@ void TcpMethod::progress(int timeout_ms)
     unread_.clear();
     for (const std::uint32_t c : scratch_) {
         Conn &k = *conns_[c];
-        if (k.closed || k.paused)
+        if (k.closed || !k.reading())
             continue;
         const bool open = parse(c);
         if (!k.closed)
-            note_frame_progress(k);
+            note_frame_progress(k, false);
         if (open && !handle_readable(c))
             unread_.push_back(c);
     }
@@ -774,12 +835,15 @@ void TcpMethod::progress(int timeout_ms)
         timeout_ms = 0;
 
     // Deadlines are checked at a quarter of the shorter one (at most once a
-    // second): while connections that proved nothing are open, or early
-    // messages wait to expire, the sleep ends in time for the check.
+    // second): while connections that proved nothing are open, early
+    // messages wait to expire or connections are not read, the sleep ends
+    // in time for the check.
     const auto check_every =
-        std::clamp(std::min(core_.limits.hello_timeout, core_.limits.frame_timeout) / 4,
+        std::clamp(std::min({core_.limits.hello_timeout, core_.limits.frame_timeout,
+                             core_.limits.idle_timeout}) /
+                       4,
                    std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
-    if ((accepted_open_ > 0 || early_total_ > 0) && timeout_ms != 0) {
+    if ((accepted_open_ > 0 || early_total_ > 0 || stopped_ > 0) && timeout_ms != 0) {
         const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
             next_deadline_check_ - Clock::now());
         const int cap = static_cast<int>(std::max<long long>(until.count() + 1, 0));
@@ -822,15 +886,15 @@ void TcpMethod::progress(int timeout_ms)
         // by an edge-triggered engine, so handle_readable reads to the end.
         if ((what & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0)
             k.hung_up = true;
-        if (k.paused && (what & (EPOLLERR | EPOLLHUP)) != 0) {
-            // Watched for nothing, yet both engines report an error or
+        if (!k.reading() && (what & (EPOLLERR | EPOLLHUP)) != 0) {
+            // Not watched for input, yet both engines report an error or
             // hang-up (epoll by level: at once again, forever, if it is
             // not handled).  The peer is gone: the connection goes now,
             // with its slot and caps; complete early messages stay.
-            close_conn(c, -ECONNRESET, "connection reset while paused");
+            close_conn(c, -ECONNRESET, "connection reset while not read");
             continue;
         }
-        if ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0 && !k.paused &&
+        if ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0 && k.reading() &&
             std::find(unread_.begin(), unread_.end(), c) == unread_.end()) {
             if (!handle_readable(c))
                 unread_.push_back(c);
@@ -841,8 +905,10 @@ void TcpMethod::progress(int timeout_ms)
     ping_waiting_peers();
     if (const auto after = Clock::now(); after >= next_deadline_check_) {
         next_deadline_check_ = after + check_every;
-        check_deadlines(after);
+        // Expiry first: a connection paused on early messages that expire
+        // now reads again rather than missing its deadline.
         expire_early(after);
+        check_deadlines(after);
         flush_rate_logs(after);
     }
     retire_peers();
