@@ -7,7 +7,6 @@
 // re-reads the client keys file ([filesystem] client_keys).  With a metrics
 // file (--metrics-file or the config's metrics_file) it keeps metrics and
 // rewrites that file every interval (docs/metrics.md).
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,7 +20,7 @@
 
 #include "pvfs/cli.hpp"
 #include "pvfs/gossip.hpp"
-#include "pvfs/unique_fd.hpp"
+#include "pvfs/metrics.hpp"
 #include "server.hpp"
 
 namespace {
@@ -40,22 +39,14 @@ extern "C" void on_reload_signal(int /*signal*/)
 }
 
 // Written once the server listens, so that whoever started it can wait for
-// the file; replaced atomically.
+// the file; replaced atomically, through a temporary with a random name
+// created O_EXCL|O_NOFOLLOW in the same directory (the metrics file's
+// writer): a FIFO, symbolic link or file that others placed at a fixed
+// PATH.tmp in a shared directory (/run, /tmp) would otherwise have blocked
+// the start or had the pid written through it into their target.
 bool write_pid_file(const std::string &path, std::string &error)
 {
-    const std::string tmp = path + ".tmp";
-    const pvfs::UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd.valid()) {
-        error = fmt::format("{}: {}", tmp, std::strerror(errno)); // NOLINT(concurrency-mt-unsafe)
-        return false;
-    }
-    const std::string text = fmt::format("{}\n", ::getpid());
-    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-        ::rename(tmp.c_str(), path.c_str()) != 0) {
-        error = fmt::format("{}: {}", path, std::strerror(errno)); // NOLINT(concurrency-mt-unsafe)
-        return false;
-    }
-    return true;
+    return pvfs::metrics::write_file_atomically(path, fmt::format("{}\n", ::getpid()), error) == 0;
 }
 
 } // namespace

@@ -7,9 +7,11 @@
 // counters moved at least as far as the traffic went, each op's histogram
 // counts what its counter counts, and the files are gone after a clean
 // stop.  A file that cannot be written, or bad options, stop the server at
-// start with a clear message.
+// start with a clear message.  The pid file, written by the same atomic
+// writer, is not redirected by what others put in its directory.
 #include <atf-c++.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -438,8 +441,70 @@ ATF_TEST_CASE_BODY(bad_settings)
     require(!std::filesystem::exists("m.prom"), "a metrics file made by a refused start");
 }
 
+// The pid file is written by the same atomic writer: a symbolic link or a
+// FIFO that another user placed at the fixed name the server used for its
+// temporary (PID_FILE.tmp) is left alone.  Before, the server wrote its pid
+// through the link into the link's target (and renamed the link over the
+// pid file), and blocked at start opening the FIFO.
+ATF_TEST_CASE_WITHOUT_HEAD(pid_file_foreign_temporary);
+ATF_TEST_CASE_BODY(pid_file_foreign_temporary)
+{
+    namespace fs = std::filesystem;
+    const test::ClusterFiles files =
+        test::write_cluster(fs::current_path() / "cluster", test::servers(1, 1));
+    const fs::path pid_file = files.dir / "meta0.pid"; // where the harness asks for it
+    const fs::path old_tmp = files.dir / "meta0.pid.tmp";
+    const fs::path victim = files.dir / "victim";
+    const auto read = [](const fs::path &p) {
+        std::ifstream in(p);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const auto check = [&](const std::string &what, pid_t pid) {
+        require(fs::is_regular_file(fs::symlink_status(pid_file)),
+                what + ": the pid file is not a regular file");
+        require(read(pid_file) == fmt::format("{}\n", pid),
+                what + ": the pid file holds '" + read(pid_file) + "'");
+        for (const auto &e : fs::directory_iterator(files.dir)) {
+            const std::string f = e.path().filename().string();
+            require(f.rfind(".meta0.pid.", 0) != 0,
+                    fmt::format("{}: temporary file left: {}", what, f));
+        }
+    };
+
+    // The harness gives up after 20 s without the pid file.
+    const auto start = [&](const std::string &what) {
+        try {
+            return std::make_unique<test::ServerProcess>(PVFS_SERVER_BINARY, files, "meta0");
+        } catch (const std::runtime_error &e) {
+            require(false, what + ": " + e.what());
+        }
+        return std::unique_ptr<test::ServerProcess>();
+    };
+
+    std::ofstream(victim) << "not yours\n";
+    fs::create_symlink(victim, old_tmp);
+    {
+        const std::unique_ptr<test::ServerProcess> server = start("symlink");
+        check("symlink", server->pid());
+        require(read(victim) == "not yours\n", "the pid was written through the symlink");
+        require(fs::is_symlink(old_tmp), "the symlink was moved");
+        require(server->stop(SIGTERM) == 0, "meta0 did not stop cleanly");
+    }
+    fs::remove(old_tmp);
+
+    require(::mkfifo(old_tmp.c_str(), 0600) == 0, "mkfifo");
+    {
+        const std::unique_ptr<test::ServerProcess> server = start("FIFO");
+        check("FIFO", server->pid());
+        require(fs::is_fifo(old_tmp), "the FIFO was replaced");
+        require(server->stop(SIGTERM) == 0, "meta0 did not stop cleanly");
+    }
+    require(!fs::exists(fs::symlink_status(pid_file)), "the pid file outlived a clean stop");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, counts_traffic);
     ATF_ADD_TEST_CASE(tcs, bad_settings);
+    ATF_ADD_TEST_CASE(tcs, pid_file_foreign_temporary);
 }
