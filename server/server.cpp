@@ -2,6 +2,7 @@
 #include "server.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -152,14 +153,32 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         }
     }
     bmi::Bmi &b = *server->bmi_;
-    if (b.set_info(bmi::Info::unexpected_limit, max_request_bytes) != 0 ||
-        b.set_info(bmi::Info::unexpected_peer_bytes, per_client_unexpected) != 0 ||
-        b.set_info(bmi::Info::idle_timeout_ms, server->cluster_.defaults.idle_timeout_ms) != 0 ||
-        b.set_info(bmi::Info::max_connections, server->cluster_.defaults.max_connections) != 0 ||
-        b.set_info(bmi::Info::max_connections_per_address,
-                   server->cluster_.defaults.max_connections_per_address) != 0) {
-        error = "cannot configure BMI";
-        return nullptr;
+    const config::Defaults &d = server->cluster_.defaults;
+    // In this order: each budget is checked against the per-peer one.
+    struct Setting {
+        bmi::Info info;
+        std::uint64_t value;
+        const char *name;
+    };
+    const auto bmi_settings = std::to_array<Setting>({
+        {bmi::Info::unexpected_limit, max_request_bytes, "unexpected_limit"},
+        {bmi::Info::unexpected_peer_bytes, per_client_unexpected, "unexpected_peer_bytes"},
+        {bmi::Info::idle_timeout_ms, d.idle_timeout_ms, "idle_timeout"},
+        {bmi::Info::max_connections, d.max_connections, "max_connections"},
+        {bmi::Info::max_connections_per_address, d.max_connections_per_address,
+         "max_connections_per_address"},
+        {bmi::Info::hello_timeout_ms, d.hello_timeout_ms, "hello_timeout"},
+        {bmi::Info::frame_timeout_ms, d.frame_timeout_ms, "frame_timeout"},
+        {bmi::Info::frame_min_rate, d.frame_min_rate, "frame_min_rate"},
+        {bmi::Info::unexpected_total_bytes, d.unexpected_total_bytes, "unexpected_total_bytes"},
+        {bmi::Info::early_total_bytes, d.early_total_bytes, "early_total_bytes"},
+        {bmi::Info::send_queue_bytes, d.send_queue_bytes, "send_queue_bytes"},
+    });
+    for (const Setting &s : bmi_settings) {
+        if (b.set_info(s.info, s.value) != 0) {
+            error = fmt::format("cannot configure BMI: {} = {} refused", s.name, s.value);
+            return nullptr;
+        }
     }
     server->ctx_ = b.open_context();
 

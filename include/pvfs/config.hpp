@@ -55,6 +55,9 @@ inline constexpr std::uint32_t min_bulk_chunk = 64U * 1024U;
 inline constexpr std::uint32_t max_bulk_chunk = 64U * 1024U * 1024U;
 inline constexpr std::uint32_t min_timeout_ms = 10;
 inline constexpr std::uint32_t max_timeout_ms = 24U * 60U * 60U * 1000U;
+// The BMI deadlines (hello_timeout, frame_timeout): BMI takes at most 1 h.
+inline constexpr std::uint32_t min_bmi_deadline_ms = 100;
+inline constexpr std::uint32_t max_bmi_deadline_ms = 60U * 60U * 1000U;
 // A server's metrics file is rewritten this often; at least every
 // min_metrics_interval_ms, so that a typo cannot make it a busy loop.
 inline constexpr std::uint32_t default_metrics_interval_ms = 10'000;
@@ -105,6 +108,17 @@ struct Defaults {
     // address (docs/bmi.md "Limits"); more are reset at accept.
     std::uint32_t max_connections = 4096;
     std::uint32_t max_connections_per_address = 64;
+    // What connections that proved nothing may take (docs/bmi.md
+    // "Limits"): the hello and frame deadlines, the slowest average rate
+    // of a frame (bytes a second), the unexpected and early messages
+    // buffered for all peers together, and the bytes queued to send on one
+    // connection before reading from it stops.
+    std::uint32_t hello_timeout_ms = 10'000;
+    std::uint32_t frame_timeout_ms = 30'000;
+    std::uint64_t frame_min_rate = 4096;
+    std::uint64_t unexpected_total_bytes = std::uint64_t{256} << 20U;
+    std::uint64_t early_total_bytes = std::uint64_t{64} << 20U;
+    std::uint64_t send_queue_bytes = std::uint64_t{4} << 20U;
     friend bool operator==(const Defaults &, const Defaults &) = default;
 };
 

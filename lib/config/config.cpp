@@ -297,11 +297,16 @@ private:
 
     void read_defaults(const Value &d, Defaults &out)
     {
-        reject_unknown(d, "defaults",
-                       {"stripe_size", "stripe_count", "bulk_chunk", "request_timeout",
-                        "idle_timeout", "root_squash", "require_bound", "durable_metadata",
-                        "group_commit", "session_ttl", "max_sessions", "lease", "max_connections",
-                        "max_connections_per_address"});
+        reject_unknown(d, "defaults", {"stripe_size",       "stripe_count",
+                                       "bulk_chunk",        "request_timeout",
+                                       "idle_timeout",      "root_squash",
+                                       "require_bound",     "durable_metadata",
+                                       "group_commit",      "session_ttl",
+                                       "max_sessions",      "lease",
+                                       "max_connections",   "max_connections_per_address",
+                                       "hello_timeout",     "frame_timeout",
+                                       "frame_min_rate",    "unexpected_total_bytes",
+                                       "early_total_bytes", "send_queue_bytes"});
         if (const Value *v = member(d, "stripe_size")) {
             const std::uint32_t size =
                 require_size_in(*v, "defaults.stripe_size", min_stripe_size, max_stripe_size);
@@ -370,6 +375,53 @@ private:
         };
         connections("max_connections", out.max_connections);
         connections("max_connections_per_address", out.max_connections_per_address);
+        read_bmi_limits(d, out);
+    }
+
+    // The BMI limits' ranges are what set_info takes, narrowed to what a
+    // server can run with: the unexpected budget holds at least what one
+    // client may queue (16 MiB), a deadline is at least 100 ms.
+    static void read_bmi_limits(const Value &d, Defaults &out)
+    {
+        const auto deadline = [&](const char *key, std::uint32_t &to) {
+            if (const Value *v = member(d, key)) {
+                const std::string what = std::string("defaults.") + key;
+                const std::uint32_t ms = require_duration_ms(*v, what);
+                if (ms < min_bmi_deadline_ms || ms > max_bmi_deadline_ms)
+                    fail(*v, what,
+                         fmt::format("{} out of range {}..{}", detail::duration_text(ms),
+                                     detail::duration_text(min_bmi_deadline_ms),
+                                     detail::duration_text(max_bmi_deadline_ms)));
+                to = ms;
+            }
+        };
+        deadline("hello_timeout", out.hello_timeout_ms);
+        deadline("frame_timeout", out.frame_timeout_ms);
+        const auto size = [&](const char *key, std::uint64_t &to, std::uint64_t min,
+                              std::uint64_t max, std::string_view why_min) {
+            if (const Value *v = member(d, key)) {
+                const std::string what = std::string("defaults.") + key;
+                const std::uint64_t bytes = require_size(*v, what);
+                if (bytes < min || bytes > max)
+                    fail(*v, what,
+                         fmt::format("{} out of range {}..{}{}", detail::size_text(bytes),
+                                     detail::size_text(min), detail::size_text(max), why_min));
+                to = bytes;
+            }
+        };
+        if (const Value *v = member(d, "frame_min_rate")) {
+            const std::int64_t n = require_integer(*v, "defaults.frame_min_rate");
+            if (n < 1 || n > (std::int64_t{1} << 30U))
+                fail(*v, "defaults.frame_min_rate",
+                     fmt::format("{} is not in 1 .. 1073741824 (bytes a second)", n));
+            out.frame_min_rate = static_cast<std::uint64_t>(n);
+        }
+        size("unexpected_total_bytes", out.unexpected_total_bytes, std::uint64_t{16} << 20U,
+             std::uint64_t{1} << 40U, " (at least what one client may queue, 16MiB)");
+        size("early_total_bytes", out.early_total_bytes, std::uint64_t{1} << 20U,
+             std::uint64_t{1} << 40U, "");
+        size("send_queue_bytes", out.send_queue_bytes, std::uint64_t{64} << 10U,
+             std::uint64_t{1} << 30U, "");
     }
 
     void read_servers(const Value &root, Cluster &c)
@@ -775,6 +827,20 @@ std::string to_toml(const Cluster &c)
         out += fmt::format("max_connections = {}\n", d.max_connections);
     if (d.max_connections_per_address != plain.max_connections_per_address)
         out += fmt::format("max_connections_per_address = {}\n", d.max_connections_per_address);
+    // So are the other BMI limits.
+    if (d.hello_timeout_ms != plain.hello_timeout_ms)
+        out += fmt::format("hello_timeout = {}\n", detail::duration_toml(d.hello_timeout_ms));
+    if (d.frame_timeout_ms != plain.frame_timeout_ms)
+        out += fmt::format("frame_timeout = {}\n", detail::duration_toml(d.frame_timeout_ms));
+    if (d.frame_min_rate != plain.frame_min_rate)
+        out += fmt::format("frame_min_rate = {}\n", d.frame_min_rate);
+    if (d.unexpected_total_bytes != plain.unexpected_total_bytes)
+        out += fmt::format("unexpected_total_bytes = {}\n",
+                           detail::size_toml(d.unexpected_total_bytes));
+    if (d.early_total_bytes != plain.early_total_bytes)
+        out += fmt::format("early_total_bytes = {}\n", detail::size_toml(d.early_total_bytes));
+    if (d.send_queue_bytes != plain.send_queue_bytes)
+        out += fmt::format("send_queue_bytes = {}\n", detail::size_toml(d.send_queue_bytes));
     for (const Server &s : c.servers) {
         out += "\n[[server]]\n";
         out += fmt::format("name = {}\n", toml_string(s.name));

@@ -1,9 +1,18 @@
 // pvfs-server's data role, spoken to directly over the protocol: a real
 // server process on loopback, inline and bulk (multi-chunk, list I/O)
 // writes and reads, holes, sizes, fsync, truncate, remove, listing, bad
-// requests, forged MACs and replays, requests for another server.
+// requests, forged MACs and replays, requests for another server; the BMI
+// limits of its config applied.
 #include <atf-c++.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -14,11 +23,13 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "pvfs/unique_fd.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace pvfs;
+using pvfs::UniqueFd;
 using pvfs::test::Call;
 using pvfs::test::RawClient;
 using pvfs::test::require;
@@ -413,6 +424,43 @@ ATF_TEST_CASE_BODY(refusals_answered)
             "the replay is not logged");
 }
 
+// The BMI limits come from [defaults]: a server given them all (none at
+// its default) starts, and closes a connection that sends no hello after
+// hello_timeout (500 ms here; 10 s by default).
+ATF_TEST_CASE_WITHOUT_HEAD(bmi_limits_from_config);
+ATF_TEST_CASE_BODY(bmi_limits_from_config)
+{
+    const test::ClusterFiles files = test::write_cluster(
+        fs::current_path() / "cluster", {{"meta0", true, false}, {"data0", false, true}},
+        "hello_timeout = \"500ms\"\nframe_timeout = \"2s\"\nframe_min_rate = 2048\n"
+        "unexpected_total_bytes = \"32MiB\"\nearly_total_bytes = \"2MiB\"\n"
+        "send_queue_bytes = \"128KiB\"\n");
+    ServerProcess server{PVFS_SERVER_BINARY, files, "data0"};
+    const std::string &url = files.cluster.servers[1].addresses.at(0);
+    const auto port = static_cast<std::uint16_t>(std::stoi(url.substr(url.rfind(':') + 1)));
+    const UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
+    require(::connect(fd.get(), reinterpret_cast<const sockaddr *>(&to), sizeof to) == 0,
+            "connect to data0");
+    const timeval tv{5, 0};
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const auto start = std::chrono::steady_clock::now();
+    std::array<char, 4096> buf{};
+    ssize_t n = 0;
+    do { // the server's hello first, then the end
+        n = ::recv(fd.get(), buf.data(), buf.size(), 0);
+    } while (n > 0);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    require(n == 0 || errno == ECONNRESET, "the silent connection was not closed");
+    require(took.count() >= 400 && took.count() < 3000,
+            "closed after " + std::to_string(took.count()) + " ms, not after hello_timeout");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, status_and_config);
@@ -424,4 +472,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, misdirected_requests);
     ATF_ADD_TEST_CASE(tcs, unbound_requests);
     ATF_ADD_TEST_CASE(tcs, refusals_answered);
+    ATF_ADD_TEST_CASE(tcs, bmi_limits_from_config);
 }

@@ -145,6 +145,12 @@ config::Cluster unusual_cluster()
     c.defaults.lease_ms = 3000;
     c.defaults.max_connections = 100;
     c.defaults.max_connections_per_address = 5;
+    c.defaults.hello_timeout_ms = 2500;
+    c.defaults.frame_timeout_ms = 120'000;
+    c.defaults.frame_min_rate = 1000;
+    c.defaults.unexpected_total_bytes = std::uint64_t{1} << 30U;
+    c.defaults.early_total_bytes = std::uint64_t{32} << 20U;
+    c.defaults.send_queue_bytes = std::uint64_t{256} << 10U;
     c.servers = {
         {"a", {"tcp://[::1]:1", "ib://[fe80::1]:65535"}, true, true, "/s/a"},
         {"b", {"ib://host-b.example:4000"}, false, true, "/s/b"},
@@ -181,6 +187,12 @@ ATF_TEST_CASE_BODY(example_parses)
     ATF_REQUIRE_EQ(c.defaults.lease_ms, 90'000U);
     ATF_REQUIRE_EQ(c.defaults.max_connections, 4096U);
     ATF_REQUIRE_EQ(c.defaults.max_connections_per_address, 64U);
+    ATF_REQUIRE_EQ(c.defaults.hello_timeout_ms, 10'000U);
+    ATF_REQUIRE_EQ(c.defaults.frame_timeout_ms, 30'000U);
+    ATF_REQUIRE_EQ(c.defaults.frame_min_rate, 4096U);
+    ATF_REQUIRE_EQ(c.defaults.unexpected_total_bytes, std::uint64_t{256} << 20U);
+    ATF_REQUIRE_EQ(c.defaults.early_total_bytes, std::uint64_t{64} << 20U);
+    ATF_REQUIRE_EQ(c.defaults.send_queue_bytes, std::uint64_t{4} << 20U);
     ATF_REQUIRE_EQ(c.servers.size(), 4U);
     ATF_REQUIRE_EQ(c.servers[0].name, "meta0");
     ATF_REQUIRE(c.servers[0].addresses ==
@@ -232,6 +244,18 @@ ATF_TEST_CASE_BODY(round_trip)
     // Left at their defaults, the caps are not written (the hash of such a
     // cluster is what it was before they existed).
     ATF_REQUIRE(config::to_toml(example.cluster).find("max_connections") == std::string::npos);
+    for (const char *line :
+         {"hello_timeout = \"2500ms\"\n", "frame_timeout = \"2min\"\n", "frame_min_rate = 1000\n",
+          "unexpected_total_bytes = \"1GiB\"\n", "early_total_bytes = \"32MiB\"\n",
+          "send_queue_bytes = \"256KiB\"\n"}) {
+        require_msg(text.find(line) != std::string::npos, std::string("no ") + line + text);
+    }
+    // The other BMI limits likewise.
+    for (const char *key : {"hello_timeout", "frame_timeout", "frame_min_rate",
+                            "unexpected_total_bytes", "early_total_bytes", "send_queue_bytes"}) {
+        require_msg(config::to_toml(example.cluster).find(key) == std::string::npos,
+                    std::string(key) + " written at its default");
+    }
     ATF_REQUIRE(text.find("group_commit = false\n") != std::string::npos);
     ATF_REQUIRE(config::to_toml(example.cluster).find("group_commit") == std::string::npos);
     // A stripe count equal to the number of data servers is "every one".
@@ -384,6 +408,25 @@ ATF_TEST_CASE_BODY(defaults_errors)
                  "t.toml:19: defaults.max_connections: ", "0 is not in 1 .. 1048576");
     expect_error(defaults("max_connections_per_address = 1048577"),
                  "t.toml:19: defaults.max_connections_per_address: ", "is not in");
+    expect_error(defaults("hello_timeout = \"50ms\""),
+                 "t.toml:19: defaults.hello_timeout: ", "50ms out of range 100ms..60min");
+    expect_error(defaults("frame_timeout = \"2h\""), "t.toml:19: defaults.frame_timeout: ", "");
+    expect_error(defaults("frame_timeout = \"61min\""),
+                 "t.toml:19: defaults.frame_timeout: ", "out of range 100ms..60min");
+    expect_error(defaults("frame_timeout = 30"), "t.toml:19: defaults.frame_timeout: ", "unit");
+    expect_error(defaults("frame_min_rate = 0"),
+                 "t.toml:19: defaults.frame_min_rate: ", "0 is not in 1 .. 1073741824");
+    expect_error(defaults("frame_min_rate = \"4KiB\""),
+                 "t.toml:19: defaults.frame_min_rate: ", "integer");
+    expect_error(defaults("unexpected_total_bytes = \"8MiB\""),
+                 "t.toml:19: defaults.unexpected_total_bytes: ",
+                 "8MiB out of range 16MiB..1024GiB (at least what one client may queue, 16MiB)");
+    expect_error(defaults("early_total_bytes = \"512KiB\""),
+                 "t.toml:19: defaults.early_total_bytes: ", "512KiB out of range 1MiB..1024GiB");
+    expect_error(defaults("send_queue_bytes = \"2GiB\""),
+                 "t.toml:19: defaults.send_queue_bytes: ", "2GiB out of range 64KiB..1GiB");
+    expect_error(defaults("send_queue_bytes = -1"),
+                 "t.toml:19: defaults.send_queue_bytes: ", "negative");
 
     const config::Cluster c = parse_ok(defaults("stripe_count = 1\nstripe_size = 65536"));
     ATF_REQUIRE(c.defaults.default_layout == (pvfs::Layout{65536, 1, 0}));
