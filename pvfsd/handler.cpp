@@ -27,9 +27,8 @@ constexpr unsigned renewals_per_lease = 3;
 
 } // namespace
 
-Handler::Handler(HandlerOptions options, std::shared_ptr<client::Loop> loop,
-                 std::span<std::byte> slots, std::size_t slot_size)
-    : options_(std::move(options)), loop_(std::move(loop)), slots_(slots), slot_size_(slot_size)
+Handler::Handler(HandlerOptions options, std::shared_ptr<client::Loop> loop, Channel &channel)
+    : options_(std::move(options)), loop_(std::move(loop)), channel_(channel)
 {
 }
 
@@ -299,13 +298,13 @@ Task<std::vector<std::byte>> Handler::run(Op &op)
             const std::shared_ptr<OpenTable> opens = it->second.opens;
             const MountPolicy policy = policies_[common->mount_id];
             op.once.client_id = policy.client_id;
-            const ops::Call call{up, *c, out, ops::Slots{slots_, slot_size_}};
+            const ops::Call call{up, *c, out, ops::Slots{channel_.slots(), channel_.slot_size()}};
             if (up.op() == PVFSD_OP_OPEN)
                 status = kernel_status(co_await ops::open(call, *opens), policy);
             else if (up.op() == PVFSD_OP_CREATE)
                 status = kernel_status(
                     co_await ops::create(call, *opens,
-                                         (options_.features & PVFSD_FEAT_CREATE_OPEN) != 0),
+                                         (channel_.features() & PVFSD_FEAT_CREATE_OPEN) != 0),
                     policy);
             else if (up.op() == PVFSD_OP_CLOSE)
                 status = kernel_status(co_await ops::close(call, *opens), policy);
@@ -511,7 +510,7 @@ constexpr std::array<ops::Fn, PVFSD_OP_COUNT> op_table = [] {
 Task<int> Handler::dispatch(const Upcall &up, client::Client &c, Downcall &out)
 {
     const ops::Fn fn = up.op() < op_table.size() ? op_table[up.op()] : &unsupported;
-    return fn(ops::Call{up, c, out, ops::Slots{slots_, slot_size_}});
+    return fn(ops::Call{up, c, out, ops::Slots{channel_.slots(), channel_.slot_size()}});
 }
 
 } // namespace pvfs::pvfsd

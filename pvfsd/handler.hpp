@@ -4,6 +4,7 @@
 // delays neither the other mounts' ATTACHes nor their ops.
 #pragma once
 
+#include "channel.hpp"
 #include "mount_options.hpp"
 #include "open_table.hpp"
 #include "upcall.hpp"
@@ -30,18 +31,18 @@ struct HandlerOptions {
     // Benchmarks only (--no-exactly-once): the mounts' clients open no
     // session, so changes carry no reply-cache ids and OPEN holds nothing.
     bool exactly_once = true;
-    // PVFSD_FEAT_* the channel agreed on at HELLO (both sides offered).
-    std::uint64_t features = PVFSD_FEATURES;
 };
 
 // Every upcall runs as a task on one client::Loop: any number are in flight
 // at once, each with its caller's credentials; a CANCEL stops the requests
-// of the op it names.
+// of the op it names.  The Handler knows nothing of where upcalls come
+// from: its front end (a Channel, driven by serve() or by hand) starts
+// them and takes the downcalls; the Handler only uses the channel's slots
+// and features.
 class Handler {
 public:
-    // slots: the mapped data slots, slot_count * slot_size bytes.
-    Handler(HandlerOptions options, std::shared_ptr<client::Loop> loop, std::span<std::byte> slots,
-            std::size_t slot_size);
+    // `channel` must outlive the handler.
+    Handler(HandlerOptions options, std::shared_ptr<client::Loop> loop, Channel &channel);
     ~Handler();
     Handler(const Handler &) = delete;
     Handler &operator=(const Handler &) = delete;
@@ -134,8 +135,7 @@ private:
 
     HandlerOptions options_;
     std::shared_ptr<client::Loop> loop_;
-    std::span<std::byte> slots_;
-    std::size_t slot_size_;
+    Channel &channel_;
     std::map<std::uint64_t, Mount> clients_;        // by mount id
     std::map<std::uint64_t, MountPolicy> policies_; // by mount, as clients_
     std::multimap<Clock::time_point, Op *> timers_;

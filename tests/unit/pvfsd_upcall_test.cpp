@@ -5,6 +5,7 @@
 #include <atf-c++.hpp>
 
 #include "handler.hpp"
+#include "memory_channel.hpp"
 #include "mount_options.hpp"
 #include "upcall.hpp"
 
@@ -151,11 +152,11 @@ ATF_TEST_CASE_BODY(names)
 ATF_TEST_CASE_WITHOUT_HEAD(handler_refuses_what_it_cannot_trust);
 ATF_TEST_CASE_BODY(handler_refuses_what_it_cannot_trust)
 {
-    std::vector<std::byte> slots(1U << 16U);
+    pvfs::pvfsd::MemoryChannel channel(1, 1U << 16U);
     std::string why;
     auto loop = pvfs::client::Loop::create(why);
     ATF_REQUIRE(loop != nullptr);
-    Handler handler({}, loop, slots, 1U << 16U);
+    Handler handler({}, loop, channel);
     // Each of these is answered without waiting for any server.
     auto answer = [&](const std::vector<std::byte> &msg) {
         auto up = Upcall::parse(msg, why);

@@ -1,0 +1,370 @@
+#include "fuse_ops.hpp"
+
+#include <pvfs/gossip.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace pvfs::fuse {
+
+namespace {
+
+namespace gossip = pvfs::gossip;
+using detail::message;
+
+// The most a listing asks for at once: its answer is one message.
+constexpr std::size_t max_readdir_bytes = 65536;
+
+FuseChannel &self(fuse_req_t req)
+{
+    return *static_cast<FuseChannel *>(fuse_req_userdata(req));
+}
+
+void erofs(fuse_req_t req)
+{
+    static_cast<void>(fuse_reply_err(req, EROFS));
+}
+
+} // namespace
+
+const fuse_lowlevel_ops &FuseChannel::Ops::table()
+{
+    static const fuse_lowlevel_ops ops = [] {
+        fuse_lowlevel_ops o{};
+        o.init = &init;
+        o.lookup = &lookup;
+        o.forget = &forget;
+        o.forget_multi = &forget_multi;
+        o.getattr = &getattr;
+        o.readlink = &readlink;
+        o.open = &open;
+        o.read = &read;
+        o.release = &release;
+        o.readdir = &readdir;
+        o.statfs = &statfs;
+        o.getxattr = &getxattr;
+        o.listxattr = &listxattr;
+        o.setattr = &setattr;
+        o.mknod = &mknod;
+        o.mkdir = &mkdir;
+        o.unlink = &unlink;
+        o.rmdir = &rmdir;
+        o.symlink = &symlink;
+        o.rename = &rename;
+        o.link = &link;
+        o.write = &write;
+        o.create = &create;
+        o.setxattr = &setxattr;
+        o.removexattr = &removexattr;
+        return o;
+    }();
+    return ops;
+}
+
+void FuseChannel::Ops::interrupt_cb(fuse_req_t req, void * /*data*/)
+{
+    self(req).cancel(req);
+}
+
+void FuseChannel::Ops::init(void *userdata, fuse_conn_info *conn)
+{
+    const FuseChannel &ch = *static_cast<const FuseChannel *>(userdata);
+    // A READ fills one slot (libfuse wants the mount's max_read here too).
+    conn->max_read = static_cast<unsigned>(ch.settings_.slot_size);
+    // Requests arrive as memory (the slots are copied into replies), and
+    // the kernel owns no size or mtime: no splice, no writeback cache.
+    conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
+                    FUSE_CAP_WRITEBACK_CACHE);
+    conn->time_gran = 1;
+    gossip::info(gossip::Mask::pvfsd, "FUSE protocol {}.{}, max read {} bytes", conn->proto_major,
+                 conn->proto_minor, conn->max_read);
+}
+
+void FuseChannel::Ops::lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    FuseChannel &ch = self(req);
+    const std::string_view n(name);
+    if (n.size() > PVFSD_MAX_NAME) {
+        static_cast<void>(fuse_reply_err(req, ENAMETOOLONG));
+        return;
+    }
+    pvfsd_name_req r{};
+    r.common = common_of(req);
+    r.parent = parent;
+    r.name_len = static_cast<std::uint32_t>(n.size());
+    auto p = ch.pending(req, PVFSD_OP_LOOKUP, parent);
+    auto bytes = message(p->op, p->tag, r, n);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::forget(fuse_req_t req, fuse_ino_t /*ino*/, std::uint64_t /*nlookup*/)
+{
+    // A lookup holds nothing on the servers.
+    fuse_reply_none(req);
+}
+
+void FuseChannel::Ops::forget_multi(fuse_req_t req, std::size_t /*count*/,
+                                    fuse_forget_data * /*forgets*/)
+{
+    fuse_reply_none(req);
+}
+
+void FuseChannel::Ops::getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info * /*fi*/)
+{
+    FuseChannel &ch = self(req);
+    pvfsd_handle_req r{};
+    r.common = common_of(req);
+    r.handle = ino;
+    auto p = ch.pending(req, PVFSD_OP_GETATTR, ino);
+    auto bytes = message(p->op, p->tag, r);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::readlink(fuse_req_t req, fuse_ino_t ino)
+{
+    FuseChannel &ch = self(req);
+    pvfsd_handle_req r{};
+    r.common = common_of(req);
+    r.handle = ino;
+    auto p = ch.pending(req, PVFSD_OP_READLINK, ino);
+    auto bytes = message(p->op, p->tag, r);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi)
+{
+    FuseChannel &ch = self(req);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC) != 0) {
+        erofs(req);
+        return;
+    }
+    fi->fh = 0;
+    fi->keep_cache = 0; // close-to-open: another client may have written
+    const auto held = ch.opened_.find(ino);
+    if (held != ch.opened_.end()) {
+        // Held for reading already: the kernel's later opens need no OPEN
+        // (pvfs.ko sends one only at an inode's first open, or for more
+        // modes).
+        ++held->second.count;
+        if (fuse_reply_open(req, fi) != 0)
+            ch.release(ino);
+        return;
+    }
+    pvfsd_open_req r{};
+    r.common = common_of(req);
+    r.handle = ino;
+    r.mode = PVFSD_OPEN_READ;
+    auto p = ch.pending(req, PVFSD_OP_OPEN, ino);
+    r.gen = p->tag;
+    p->fi = *fi;
+    auto bytes = message(p->op, p->tag, r);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::read(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off,
+                            fuse_file_info * /*fi*/)
+{
+    FuseChannel &ch = self(req);
+    if (off < 0) {
+        static_cast<void>(fuse_reply_err(req, EINVAL));
+        return;
+    }
+    if (size > ch.settings_.slot_size) {
+        // The kernel's reads are at most 1 MiB, the smallest slot size.
+        gossip::error(gossip::Mask::dev, "a READ of {} bytes, more than a slot", size);
+        static_cast<void>(fuse_reply_err(req, EIO));
+        return;
+    }
+    if (size == 0) {
+        static_cast<void>(fuse_reply_buf(req, nullptr, 0));
+        return;
+    }
+    auto p = ch.pending(req, PVFSD_OP_READ, ino);
+    p->offset = static_cast<std::uint64_t>(off);
+    p->size = size;
+    p->common = common_of(req);
+    const std::uint64_t tag = p->tag;
+    Pending &ref = *p;
+    ch.tag_of_[req] = tag;
+    ch.pending_[tag] = std::move(p);
+    if (ch.free_slots_.empty()) {
+        ch.waiting_reads_.push_back(tag);
+    } else {
+        ref.slot = ch.free_slots_.back();
+        ch.free_slots_.pop_back();
+        ch.start_read(ref);
+    }
+    // A READ that could not start has been answered already.
+    if (ch.pending_.contains(tag))
+        fuse_req_interrupt_func(req, &interrupt_cb, nullptr);
+}
+
+void FuseChannel::Ops::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info * /*fi*/)
+{
+    // The kernel's last close of a file description; the CLOSE of the
+    // inode's last goes in the batch receive() sends.
+    self(req).release(ino);
+    static_cast<void>(fuse_reply_err(req, 0));
+}
+
+void FuseChannel::Ops::readdir(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off,
+                               fuse_file_info * /*fi*/)
+{
+    FuseChannel &ch = self(req);
+    if (off < 0) {
+        static_cast<void>(fuse_reply_err(req, EINVAL));
+        return;
+    }
+    if (off < 2) {
+        // The dots, answered here: ".." names this directory's own node
+        // (FUSE does not look at it; the kernel's dcache knows the parent).
+        std::array<char, 256> buf{};
+        std::size_t used = 0;
+        struct stat st {};
+        st.st_ino = ino;
+        st.st_mode = S_IFDIR;
+        for (off_t i = off; i < 2; ++i) {
+            const char *name = i == 0 ? "." : "..";
+            const std::size_t need = fuse_add_direntry(
+                req, buf.data() + used, std::min(size, buf.size()) - used, name, &st, i + 1);
+            if (need > std::min(size, buf.size()) - used)
+                break;
+            used += need;
+        }
+        static_cast<void>(fuse_reply_buf(req, buf.data(), used));
+        return;
+    }
+    pvfsd_readdir_req r{};
+    r.common = common_of(req);
+    r.handle = ino;
+    r.cookie = static_cast<std::uint64_t>(off) - 2;
+    // FUSE's dirents take as much room as the channel's: what fits one
+    // fits the other.
+    r.max_bytes = static_cast<std::uint32_t>(std::min(size, max_readdir_bytes));
+    auto p = ch.pending(req, PVFSD_OP_READDIR, ino);
+    p->size = r.max_bytes;
+    auto bytes = message(p->op, p->tag, r);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    FuseChannel &ch = self(req);
+    pvfsd_handle_req r{};
+    r.common = common_of(req);
+    r.handle = ino;
+    auto p = ch.pending(req, PVFSD_OP_STATFS, ino);
+    auto bytes = message(p->op, p->tag, r);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, std::size_t size)
+{
+    FuseChannel &ch = self(req);
+    const std::string_view n(name);
+    if (n.empty() || n.size() > PVFSD_MAX_XATTR_NAME) {
+        static_cast<void>(fuse_reply_err(req, ERANGE));
+        return;
+    }
+    pvfsd_xattr_req r{};
+    r.common = common_of(req);
+    r.handle = ino;
+    r.name_len = static_cast<std::uint32_t>(n.size());
+    r.value_len = static_cast<std::uint32_t>(std::min<std::size_t>(size, PVFSD_MAX_XATTR_VALUE));
+    auto p = ch.pending(req, PVFSD_OP_XATTR_GET, ino);
+    p->size = r.value_len;
+    auto bytes = message(p->op, p->tag, r, n);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::listxattr(fuse_req_t req, fuse_ino_t ino, std::size_t size)
+{
+    FuseChannel &ch = self(req);
+    pvfsd_xattr_req r{};
+    r.common = common_of(req);
+    r.handle = ino;
+    r.value_len = static_cast<std::uint32_t>(std::min<std::size_t>(size, PVFSD_MAX_XATTR_VALUE));
+    auto p = ch.pending(req, PVFSD_OP_XATTR_LIST, ino);
+    p->size = r.value_len;
+    auto bytes = message(p->op, p->tag, r);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::setattr(fuse_req_t req, fuse_ino_t /*ino*/, struct stat * /*attr*/,
+                               int /*to_set*/, fuse_file_info * /*fi*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::mknod(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/,
+                             mode_t /*mode*/, dev_t /*rdev*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::mkdir(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/,
+                             mode_t /*mode*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::unlink(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::rmdir(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::symlink(fuse_req_t req, const char * /*link*/, fuse_ino_t /*parent*/,
+                               const char * /*name*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::rename(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/,
+                              fuse_ino_t /*newparent*/, const char * /*newname*/,
+                              unsigned int /*flags*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::link(fuse_req_t req, fuse_ino_t /*ino*/, fuse_ino_t /*newparent*/,
+                            const char * /*newname*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::write(fuse_req_t req, fuse_ino_t /*ino*/, const char * /*buf*/,
+                             std::size_t /*size*/, off_t /*off*/, fuse_file_info * /*fi*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::create(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/,
+                              mode_t /*mode*/, fuse_file_info * /*fi*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::setxattr(fuse_req_t req, fuse_ino_t /*ino*/, const char * /*name*/,
+                                const char * /*value*/, std::size_t /*size*/, int /*flags*/)
+{
+    erofs(req);
+}
+
+void FuseChannel::Ops::removexattr(fuse_req_t req, fuse_ino_t /*ino*/, const char * /*name*/)
+{
+    erofs(req);
+}
+
+} // namespace pvfs::fuse
