@@ -84,6 +84,7 @@ void FuseChannel::Ops::create(fuse_req_t req, fuse_ino_t parent, const char *nam
     auto p = ch.pending(req, PVFSD_OP_CREATE, parent);
     p->open_mode = r.open_mode;
     p->fi = *fi;
+    p->common = r.common;
     auto bytes = message(p->op, p->tag, r, n);
     ch.start_change(std::move(p), std::move(bytes));
 }

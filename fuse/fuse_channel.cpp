@@ -29,9 +29,6 @@ namespace gossip = pvfs::gossip;
 using detail::message;
 using detail::replied;
 
-// The one mount of this process, as the Handler knows it.
-constexpr std::uint64_t mount_id = 1;
-
 static_assert(FUSE_ROOT_ID == pvfs::root_handle,
               "FUSE's root node id is pvfs's root handle: node ids are handles");
 
@@ -54,7 +51,7 @@ double seconds(std::chrono::milliseconds ms)
 
 FuseChannel::FuseChannel(FuseSettings settings)
     : settings_(std::move(settings)), slots_(settings_.slots * settings_.slot_size),
-      client_id_(random_client_id())
+      client_id_(random_client_id()), mount_id_(random_client_id() | (1ULL << 63U))
 {
     for (std::size_t i = settings_.slots; i > 0; --i)
         free_slots_.push_back(static_cast<std::uint32_t>(i - 1));
@@ -142,13 +139,13 @@ int FuseChannel::fd() const
 pvfsd_req_common FuseChannel::common_of(fuse_req_t req)
 {
     pvfsd_req_common c{};
-    c.mount_id = mount_id;
     c.reply_slot = PVFSD_NO_SLOT;
     if (req == nullptr) {
         c.fsuid = ::geteuid();
         c.fsgid = ::getegid();
         return c;
     }
+    c.mount_id = static_cast<const FuseChannel *>(fuse_req_userdata(req))->mount_id_;
     const fuse_ctx *ctx = fuse_req_ctx(req);
     c.fsuid = ctx->uid;
     c.fsgid = ctx->gid;
@@ -173,6 +170,7 @@ int FuseChannel::attach(pvfsd::Handler &handler, client::Loop &loop, std::string
 {
     pvfsd_attach_req a{};
     a.common = common_of(nullptr);
+    a.common.mount_id = mount_id_;
     a.source_len = static_cast<std::uint32_t>(settings_.source.size());
     a.options_len = static_cast<std::uint32_t>(settings_.attach_options.size());
     a.client_id = client_id_;
@@ -450,6 +448,7 @@ void FuseChannel::flush_closes()
         const std::size_t n = std::min<std::size_t>(closes_.size(), PVFSD_MAX_CLOSE);
         pvfsd_close_req c{};
         c.common = common_of(nullptr);
+        c.common.mount_id = mount_id_;
         c.count = static_cast<std::uint32_t>(n);
         auto p = std::make_unique<Pending>();
         p->tag = next_tag();

@@ -90,6 +90,7 @@ private:
         reply,        // answer the request
         open_created, // CREATE that the servers did not hold: OPEN it, then answer
         append,       // GETATTR of an O_APPEND WRITE: WRITE at the end it found
+        truncate,     // SETATTR of an O_TRUNC create that found the file: answer the create
     };
     // One FUSE request (or one upcall of pvfs-fuse's own) waiting for its
     // downcall, by tag.
@@ -106,7 +107,7 @@ private:
         Then then = Then::reply;
         std::uint32_t open_mode = 0; // OPEN, CREATE: PVFSD_OPEN_* asked for
         fuse_file_info fi{};         // OPEN's and CREATE's, answered with it
-        pvfsd_req_common common{};   // READ, WRITE: its caller, for when it starts
+        pvfsd_req_common common{};   // READ, WRITE, CREATE: its caller
         pvfsd_attr attr{};           // CREATE: the new file's, for the OPEN that follows
         // A change waiting for a reply slot: its message (tag and slot
         // filled in when it starts).  A WRITE that could not go at once:
@@ -132,6 +133,10 @@ private:
     };
 
     [[nodiscard]] static pvfsd_req_common common_of(fuse_req_t req);
+    // Whether the caller may open a file of these attributes for `mode`
+    // (PVFSD_OPEN_*), as the kernel's generic_permission decides.
+    [[nodiscard]] static bool may_open(const pvfsd_req_common &c, const pvfsd_attr &a,
+                                       std::uint32_t mode);
     // A request's entry, with a tag of its own.
     [[nodiscard]] std::unique_ptr<Pending> pending(fuse_req_t req, std::uint16_t op,
                                                    fuse_ino_t ino);
@@ -151,6 +156,9 @@ private:
                 std::span<const std::byte> body);
     void reply_entry(Pending &p, std::span<const std::byte> body);
     void reply_create(std::unique_ptr<Pending> &p, std::span<const std::byte> body);
+    // The create's answer once the file is open (and truncated): false
+    // when the kernel took none (the open is released).
+    bool answer_create(Pending &p, const pvfsd_attr &a);
     void reply_attr(Pending &p, std::span<const std::byte> body);
     void reply_open(Pending &p, std::span<const std::byte> body);
     void reply_read(Pending &p, std::span<const std::byte> body);
@@ -188,6 +196,13 @@ private:
     const Starter *start_ = nullptr; // inside receive() and send()
     std::uint64_t last_tag_ = 0;
     std::uint64_t client_id_ = 0;
+    // The mount's id, as the Handler knows it: it also names the mount's
+    // sessions on the metadata servers (their owner, with the machine and
+    // the source), and a new session of an owner ends the old one.  So it
+    // is random per pvfs-fuse, as pvfs.ko's are unique per boot: two
+    // mounts of one file system on a machine must not end each other's
+    // sessions.  (The top bit keeps it out of pvfs.ko's counter's range.)
+    std::uint64_t mount_id_ = 0;
     std::unordered_map<std::uint64_t, std::unique_ptr<Pending>> pending_;
     std::unordered_map<fuse_req_t, std::uint64_t> tag_of_;
     std::unordered_map<fuse_ino_t, Opened> opened_;

@@ -49,6 +49,25 @@ bool same_data(const pvfsd_attr &a, const pvfsd_attr &b)
 
 } // namespace
 
+bool FuseChannel::may_open(const pvfsd_req_common &c, const pvfsd_attr &a, std::uint32_t mode)
+{
+    // generic_permission's order: root passes (CAP_DAC_OVERRIDE), else
+    // the owner's bits, a group's, or the others'.
+    if (c.fsuid == 0)
+        return true;
+    std::uint32_t bits = a.mode;
+    if (c.fsuid == a.uid) {
+        bits >>= 6U;
+    } else {
+        const std::span groups(c.groups, std::min<std::uint32_t>(c.ngroups, PVFSD_MAX_GROUPS));
+        if (c.fsgid == a.gid || std::ranges::find(groups, a.gid) != groups.end())
+            bits >>= 3U;
+    }
+    const std::uint32_t want =
+        ((mode & PVFSD_OPEN_READ) != 0 ? 4U : 0U) | ((mode & PVFSD_OPEN_WRITE) != 0 ? 2U : 0U);
+    return (bits & want) == want;
+}
+
 namespace detail {
 
 mode_t type_bits(std::uint32_t type)
@@ -156,6 +175,9 @@ void FuseChannel::finish(std::unique_ptr<Pending> &pp, const pvfsd_msg_hdr &hdr,
         // looks the name up again (LOOKUP_REVAL) instead of failing.
         if (err == ENOENT && (p.op == PVFSD_OP_OPEN || p.op == PVFSD_OP_GETATTR))
             err = ESTALE;
+        // A create's open whose truncation failed is no open.
+        if (p.then == Then::truncate)
+            release(p.ino);
         replied(fuse_reply_err(p.req, err), pvfsd::op_name(p.op));
         return;
     }
@@ -177,7 +199,15 @@ void FuseChannel::finish(std::unique_ptr<Pending> &pp, const pvfsd_msg_hdr &hdr,
             reply_attr(p, body);
         break;
     case PVFSD_OP_SETATTR:
-        reply_attr(p, body);
+        if (p.then == Then::truncate) {
+            const auto r = body_of<pvfsd_attr_resp>(body);
+            if (r)
+                static_cast<void>(answer_create(p, r->attr));
+            else
+                static_cast<void>(answer_create(p, pvfsd_attr{}));
+        } else {
+            reply_attr(p, body);
+        }
         break;
     case PVFSD_OP_OPEN:
         reply_open(p, body);
@@ -243,6 +273,8 @@ void FuseChannel::reply_create(std::unique_ptr<Pending> &pp, std::span<const std
     struct stat st {};
     if (!r || !to_stat(r->attr, st) || r->attr.type != PVFSD_TYPE_REGULAR) {
         gossip::error(gossip::Mask::dev, "CREATE tag {}: malformed attributes", p.tag);
+        if (r && r->opened != 0)
+            closes_.push_back({r->attr.handle, p.tag});
         replied(fuse_reply_err(p.req, EIO), "CREATE");
         return;
     }
@@ -251,31 +283,68 @@ void FuseChannel::reply_create(std::unique_ptr<Pending> &pp, std::span<const std
         reply_entry(p, body);
         return;
     }
+    p.ino = r->attr.handle;
+    if (r->created == 0) {
+        // Another client made the name after the kernel found it absent
+        // (not O_EXCL): the servers opened that file without asking.
+        // pvfs.ko then opens it as any file, so the kernel's checks are
+        // made here, as generic_permission would on its attributes.
+        gossip::debug(gossip::Mask::dev, "CREATE tag {}: {:#x} was there already", p.tag, p.ino);
+        if (!may_open(p.common, r->attr, p.open_mode)) {
+            if (r->opened != 0)
+                closes_.push_back({p.ino, p.tag});
+            replied(fuse_reply_err(p.req, EACCES), "CREATE");
+            return;
+        }
+    }
     if (r->opened == 0) {
         // The servers hold no open files (no session): it opens as any
         // file, with an OPEN (pvfs.ko's pvfs_open_created).
         p.attr = r->attr;
-        p.ino = r->attr.handle;
         p.then = Then::open_created;
         send_open(std::move(pp));
         return;
     }
-    count_open(r->attr.handle, p.open_mode, p.tag);
+    count_open(p.ino, p.open_mode, p.tag);
+    if (r->created == 0 && (p.fi.flags & O_TRUNC) != 0 && (p.open_mode & PVFSD_OPEN_WRITE) != 0) {
+        // ... and truncates it as the VFS's open would (a SETATTR through
+        // the open file, as handle_truncate's).
+        pvfsd_setattr_req t{};
+        t.common = p.common;
+        t.common.flags |= PVFSD_REQ_BY_FILE;
+        t.handle = p.ino;
+        t.mask = PVFSD_SET_SIZE | PVFSD_SET_MTIME_NOW;
+        p.op = PVFSD_OP_SETATTR;
+        p.then = Then::truncate;
+        auto bytes = message(p.op, p.tag, t);
+        start_change(std::move(pp), std::move(bytes));
+        return;
+    }
+    static_cast<void>(answer_create(p, r->attr));
+}
+
+bool FuseChannel::answer_create(Pending &p, const pvfsd_attr &a)
+{
     fuse_entry_param e{};
-    e.attr = st;
-    e.ino = r->attr.handle;
-    e.attr_timeout = attr_timeout(r->attr.type);
+    if (!to_stat(a, e.attr) || a.handle != p.ino) {
+        release(p.ino);
+        replied(fuse_reply_err(p.req, EIO), "CREATE");
+        return false;
+    }
+    e.ino = a.handle;
+    e.attr_timeout = attr_timeout(a.type);
     e.entry_timeout = seconds(settings_.entry_timeout);
     p.fi.fh = p.open_mode;
     p.fi.keep_cache = 0;
     const int rc = fuse_reply_create(p.req, &e, &p.fi);
     replied(rc, "CREATE");
-    if (rc == 0) {
-        learned(r->attr, true);
-    } else {
+    if (rc != 0) {
         // Held, but nobody's: no release will come.
-        release(r->attr.handle);
+        release(p.ino);
+        return false;
     }
+    learned(a, true);
+    return true;
 }
 
 void FuseChannel::send_open(std::unique_ptr<Pending> p)
@@ -337,19 +406,11 @@ void FuseChannel::reply_open(Pending &p, std::span<const std::byte> body)
     learned(r->attr, false);
     p.fi.fh = p.open_mode;
     p.fi.keep_cache = 0; // close-to-open: another client may have written
-    int rc = 0;
     if (p.then == Then::open_created) {
-        fuse_entry_param e{};
-        e.attr = st;
-        e.ino = p.ino;
-        e.attr_timeout = attr_timeout(r->attr.type);
-        e.entry_timeout = seconds(settings_.entry_timeout);
-        rc = fuse_reply_create(p.req, &e, &p.fi);
-        if (rc == 0)
-            learned(r->attr, true);
-    } else {
-        rc = fuse_reply_open(p.req, &p.fi);
+        static_cast<void>(answer_create(p, r->attr));
+        return;
     }
+    const int rc = fuse_reply_open(p.req, &p.fi);
     replied(rc, "OPEN");
     // An open whose caller went meanwhile gets no release: its hold ends here.
     if (rc != 0)
