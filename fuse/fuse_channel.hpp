@@ -87,10 +87,11 @@ public:
 private:
     // What follows an upcall's answer, for a request that needs two.
     enum class Then : std::uint8_t {
-        reply,        // answer the request
-        open_created, // CREATE that the servers did not hold: OPEN it, then answer
-        append,       // GETATTR of an O_APPEND WRITE: WRITE at the end it found
-        truncate,     // SETATTR of an O_TRUNC create that found the file: answer the create
+        reply,         // answer the request
+        open_created,  // CREATE that the servers did not hold: OPEN it, then answer
+        append,        // GETATTR of an O_APPEND WRITE: WRITE at the end it found
+        truncate,      // SETATTR of an O_TRUNC create that found the file: answer the create
+        truncate_open, // SETATTR of an O_TRUNC open: answer the open
     };
     // One FUSE request (or one upcall of pvfs-fuse's own) waiting for its
     // downcall, by tag.
@@ -160,7 +161,11 @@ private:
     // when the kernel took none (the open is released).
     bool answer_create(Pending &p, const pvfsd_attr &a);
     void reply_attr(Pending &p, std::span<const std::byte> body);
-    void reply_open(Pending &p, std::span<const std::byte> body);
+    void reply_open(std::unique_ptr<Pending> &p, std::span<const std::byte> body);
+    // The SETATTR of an O_TRUNC open of `p.ino` (counted open already),
+    // through the open as pvfs.ko's handle_truncate: `p.then` says what
+    // answers the request after it.
+    void truncate_opened(std::unique_ptr<Pending> p);
     void reply_read(Pending &p, std::span<const std::byte> body);
     static void reply_write(Pending &p, std::span<const std::byte> body);
     void reply_append(std::unique_ptr<Pending> &p, std::span<const std::byte> body);

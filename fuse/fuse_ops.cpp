@@ -82,12 +82,17 @@ void FuseChannel::Ops::init(void *userdata, fuse_conn_info *conn)
     // Requests arrive as memory (the slots are copied into replies), and
     // the kernel owns no size or mtime: no splice, no writeback cache
     // (writes go through to the servers as they come, as pvfs.ko's
-    // writeback of a page does).  The kernel's VFS does for FUSE what it
-    // does for pvfs.ko: O_TRUNC is a SETATTR after the open (not a flag of
-    // it), and a write by another user clears setuid/setgid with a
-    // SETATTR (not left to the servers).
+    // writeback of a page does).  A write by another user clears
+    // setuid/setgid with the kernel's SETATTR (not left to the servers),
+    // as the VFS does for pvfs.ko.
     conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
-                    FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV);
+                    FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_HANDLE_KILLPRIV);
+    // O_TRUNC comes with the open, which truncates through the file once
+    // it is open, as pvfs.ko's handle_truncate (the kernel's own SETATTR
+    // after an open names no file: the servers would judge it by the mode
+    // alone, and refuse a squashed root what pvfs.ko's open may do).
+    if ((conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) != 0)
+        conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     // A read asks for the attributes when they are stale (dropped at an
     // open that found the file changed), and drops cached pages when the
     // size or mtime moved: close-to-open.
@@ -172,6 +177,15 @@ void FuseChannel::Ops::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi)
         if (rc != 0 && rc != -ENOENT)
             gossip::debug(gossip::Mask::dev, "open of {:#x}: attributes not dropped: {}", ino,
                           strerrordesc_np(-rc));
+        if ((fi->flags & O_TRUNC) != 0) {
+            auto p = ch.pending(req, PVFSD_OP_SETATTR, ino);
+            p->open_mode = mode;
+            p->fi = *fi;
+            p->common = common_of(req);
+            p->then = Then::truncate_open;
+            ch.truncate_opened(std::move(p));
+            return;
+        }
         if (fuse_reply_open(req, fi) != 0)
             ch.release(ino);
         return;
@@ -179,6 +193,7 @@ void FuseChannel::Ops::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi)
     auto p = ch.pending(req, PVFSD_OP_OPEN, ino);
     p->open_mode = mode;
     p->fi = *fi;
+    p->common = common_of(req);
     ch.send_open(std::move(p));
 }
 

@@ -175,8 +175,8 @@ void FuseChannel::finish(std::unique_ptr<Pending> &pp, const pvfsd_msg_hdr &hdr,
         // looks the name up again (LOOKUP_REVAL) instead of failing.
         if (err == ENOENT && (p.op == PVFSD_OP_OPEN || p.op == PVFSD_OP_GETATTR))
             err = ESTALE;
-        // A create's open whose truncation failed is no open.
-        if (p.then == Then::truncate)
+        // An open whose truncation failed is no open.
+        if (p.then == Then::truncate || p.then == Then::truncate_open)
             release(p.ino);
         replied(fuse_reply_err(p.req, err), pvfsd::op_name(p.op));
         return;
@@ -201,16 +201,18 @@ void FuseChannel::finish(std::unique_ptr<Pending> &pp, const pvfsd_msg_hdr &hdr,
     case PVFSD_OP_SETATTR:
         if (p.then == Then::truncate) {
             const auto r = body_of<pvfsd_attr_resp>(body);
-            if (r)
-                static_cast<void>(answer_create(p, r->attr));
-            else
-                static_cast<void>(answer_create(p, pvfsd_attr{}));
+            static_cast<void>(answer_create(p, r ? r->attr : pvfsd_attr{}));
+        } else if (p.then == Then::truncate_open) {
+            const int rc = fuse_reply_open(p.req, &p.fi);
+            replied(rc, "OPEN");
+            if (rc != 0)
+                release(p.ino);
         } else {
             reply_attr(p, body);
         }
         break;
     case PVFSD_OP_OPEN:
-        reply_open(p, body);
+        reply_open(pp, body);
         break;
     case PVFSD_OP_READ:
         reply_read(p, body);
@@ -306,18 +308,10 @@ void FuseChannel::reply_create(std::unique_ptr<Pending> &pp, std::span<const std
         return;
     }
     count_open(p.ino, p.open_mode, p.tag);
-    if (r->created == 0 && (p.fi.flags & O_TRUNC) != 0 && (p.open_mode & PVFSD_OPEN_WRITE) != 0) {
-        // ... and truncates it as the VFS's open would (a SETATTR through
-        // the open file, as handle_truncate's).
-        pvfsd_setattr_req t{};
-        t.common = p.common;
-        t.common.flags |= PVFSD_REQ_BY_FILE;
-        t.handle = p.ino;
-        t.mask = PVFSD_SET_SIZE | PVFSD_SET_MTIME_NOW;
-        p.op = PVFSD_OP_SETATTR;
+    if (r->created == 0 && (p.fi.flags & O_TRUNC) != 0) {
+        // ... and truncates it as the VFS's open would.
         p.then = Then::truncate;
-        auto bytes = message(p.op, p.tag, t);
-        start_change(std::move(pp), std::move(bytes));
+        truncate_opened(std::move(pp));
         return;
     }
     static_cast<void>(answer_create(p, r->attr));
@@ -380,8 +374,27 @@ void FuseChannel::reply_attr(Pending &p, std::span<const std::byte> body)
         learned(r->attr, false);
 }
 
-void FuseChannel::reply_open(Pending &p, std::span<const std::byte> body)
+void FuseChannel::truncate_opened(std::unique_ptr<Pending> p)
 {
+    pvfsd_setattr_req t{};
+    t.common = p->common;
+    // Through a file open for writing, the servers believe the open (an
+    // O_RDONLY|O_TRUNC open is judged by the mode, as with pvfs.ko).
+    if ((p->open_mode & PVFSD_OPEN_WRITE) != 0)
+        t.common.flags |= PVFSD_REQ_BY_FILE;
+    t.handle = p->ino;
+    t.mask = PVFSD_SET_SIZE | PVFSD_SET_MTIME_NOW;
+    gossip::debug(gossip::Mask::dev, "O_TRUNC of {:#x}{}", p->ino,
+                  (t.common.flags & PVFSD_REQ_BY_FILE) != 0 ? " through the open" : "");
+    p->op = PVFSD_OP_SETATTR;
+    p->slot = ~0U;
+    auto bytes = message(p->op, p->tag, t);
+    start_change(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::reply_open(std::unique_ptr<Pending> &pp, std::span<const std::byte> body)
+{
+    Pending &p = *pp;
     const auto r = body_of<pvfsd_attr_resp>(body);
     struct stat st {};
     if (!r || !to_stat(r->attr, st) || r->attr.handle != p.ino) {
@@ -408,6 +421,11 @@ void FuseChannel::reply_open(Pending &p, std::span<const std::byte> body)
     p.fi.keep_cache = 0; // close-to-open: another client may have written
     if (p.then == Then::open_created) {
         static_cast<void>(answer_create(p, r->attr));
+        return;
+    }
+    if ((p.fi.flags & O_TRUNC) != 0) {
+        p.then = Then::truncate_open;
+        truncate_opened(std::move(pp));
         return;
     }
     const int rc = fuse_reply_open(p.req, &p.fi);
