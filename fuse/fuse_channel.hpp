@@ -11,7 +11,8 @@
 // slot, a change for one of the mount's reply slots (the exactly-once ids
 // pvfs.ko gives its changes), and the second upcall of a request that
 // needs two (a CREATE whose servers could not hold the file: its OPEN; an
-// O_APPEND WRITE: the GETATTR that finds the end first).
+// O_APPEND WRITE: the GETATTR that finds the end first; an O_TRUNC open:
+// the SETATTR through it).
 #pragma once
 
 #include "channel.hpp"
