@@ -27,72 +27,10 @@ namespace {
 
 namespace gossip = pvfs::gossip;
 using detail::message;
-
-// The one mount of this process, as the Handler knows it.
-constexpr std::uint64_t mount_id = 1;
-// READDIR offsets: 0 is ".", 1 "..", then each entry's cookie + 2, as
-// pvfs.ko's (kmod/dir.c), so that no cookie is taken for a dot.
-constexpr std::uint64_t dots = 2;
+using detail::replied;
 
 static_assert(FUSE_ROOT_ID == pvfs::root_handle,
               "FUSE's root node id is pvfs's root handle: node ids are handles");
-
-template <typename Body> std::optional<Body> body_of(std::span<const std::byte> body)
-{
-    if (body.size() < sizeof(Body))
-        return std::nullopt;
-    Body b{};
-    std::memcpy(&b, body.data(), sizeof(Body));
-    return b;
-}
-
-mode_t type_bits(std::uint32_t type)
-{
-    switch (type) {
-    case PVFSD_TYPE_REGULAR:
-        return S_IFREG;
-    case PVFSD_TYPE_DIRECTORY:
-        return S_IFDIR;
-    case PVFSD_TYPE_SYMLINK:
-        return S_IFLNK;
-    case PVFSD_TYPE_FIFO:
-        return S_IFIFO;
-    case PVFSD_TYPE_SOCKET:
-        return S_IFSOCK;
-    case PVFSD_TYPE_CHAR_DEVICE:
-        return S_IFCHR;
-    case PVFSD_TYPE_BLOCK_DEVICE:
-        return S_IFBLK;
-    default:
-        return 0;
-    }
-}
-
-// The kernel's attributes of an object: false when they make no sense.
-bool to_stat(const pvfsd_attr &a, struct stat &st)
-{
-    const mode_t type = type_bits(a.type);
-    if (type == 0 || a.handle == no_handle)
-        return false;
-    st = {};
-    st.st_ino = a.handle;
-    st.st_mode = type | (a.mode & 07777U);
-    st.st_nlink = a.nlink;
-    st.st_uid = a.uid;
-    st.st_gid = a.gid;
-    st.st_size = static_cast<off_t>(std::min<std::uint64_t>(
-        a.size, static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())));
-    st.st_blksize = a.blksize;
-    st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
-    // new_encode_dev()'s form, as pvfs.ko stores it.
-    const auto major = static_cast<unsigned>((a.rdev & 0xfff00U) >> 8U);
-    const auto minor = static_cast<unsigned>((a.rdev & 0xffU) | ((a.rdev >> 12U) & 0xfff00U));
-    st.st_rdev = makedev(major, minor);
-    st.st_atim = {a.atime.sec, a.atime.nsec};
-    st.st_mtim = {a.mtime.sec, a.mtime.nsec};
-    st.st_ctim = {a.ctime.sec, a.ctime.nsec};
-    return true;
-}
 
 std::uint64_t random_client_id()
 {
@@ -109,22 +47,16 @@ double seconds(std::chrono::milliseconds ms)
     return std::chrono::duration<double>(ms).count();
 }
 
-// A reply whose request is gone (interrupted, unmounted) fails: nothing to do.
-void replied(int rc, const char *what)
-{
-    if (rc != 0)
-        gossip::debug(gossip::Mask::dev, "{}: the kernel took no answer: {}", what,
-                      strerrordesc_np(-rc));
-}
-
 } // namespace
 
 FuseChannel::FuseChannel(FuseSettings settings)
     : settings_(std::move(settings)), slots_(settings_.slots * settings_.slot_size),
-      client_id_(random_client_id())
+      client_id_(random_client_id()), mount_id_(random_client_id() | (1ULL << 63U))
 {
     for (std::size_t i = settings_.slots; i > 0; --i)
         free_slots_.push_back(static_cast<std::uint32_t>(i - 1));
+    for (std::uint32_t i = PVFSD_REPLY_SLOTS; i > 0; --i)
+        free_reply_slots_.push_back(i - 1);
 }
 
 FuseChannel::~FuseChannel()
@@ -207,13 +139,13 @@ int FuseChannel::fd() const
 pvfsd_req_common FuseChannel::common_of(fuse_req_t req)
 {
     pvfsd_req_common c{};
-    c.mount_id = mount_id;
     c.reply_slot = PVFSD_NO_SLOT;
     if (req == nullptr) {
         c.fsuid = ::geteuid();
         c.fsgid = ::getegid();
         return c;
     }
+    c.mount_id = static_cast<const FuseChannel *>(fuse_req_userdata(req))->mount_id_;
     const fuse_ctx *ctx = fuse_req_ctx(req);
     c.fsuid = ctx->uid;
     c.fsgid = ctx->gid;
@@ -238,6 +170,7 @@ int FuseChannel::attach(pvfsd::Handler &handler, client::Loop &loop, std::string
 {
     pvfsd_attach_req a{};
     a.common = common_of(nullptr);
+    a.common.mount_id = mount_id_;
     a.source_len = static_cast<std::uint32_t>(settings_.source.size());
     a.options_len = static_cast<std::uint32_t>(settings_.attach_options.size());
     a.client_id = client_id_;
@@ -280,6 +213,10 @@ void FuseChannel::start(std::unique_ptr<Pending> p, std::vector<std::byte> upcal
                       up ? "no Handler at hand" : why);
         if (p->req != nullptr)
             replied(fuse_reply_err(p->req, EIO), "an upcall that could not start");
+        if (p->reply_slot < PVFSD_REPLY_SLOTS)
+            free_reply_slots_.push_back(p->reply_slot);
+        if (p->slot < settings_.slots)
+            free_slots_.push_back(p->slot);
         return;
     }
     Pending &ref = *p;
@@ -293,8 +230,78 @@ void FuseChannel::start(std::unique_ptr<Pending> p, std::vector<std::byte> upcal
         fuse_req_interrupt_func(ref.req, &Ops::interrupt_cb, nullptr);
 }
 
-void FuseChannel::start_read(Pending &p)
+void FuseChannel::start_change(std::unique_ptr<Pending> p, std::vector<std::byte> upcall)
 {
+    if (free_reply_slots_.empty()) {
+        // As pvfs.ko's callers wait for a reply slot, but on no thread.
+        p->message = std::move(upcall);
+        p->started = false;
+        const std::uint64_t tag = p->tag;
+        fuse_req_t req = p->req;
+        if (req != nullptr)
+            tag_of_[req] = tag;
+        pending_[tag] = std::move(p);
+        waiting_changes_.push_back(tag);
+        if (req != nullptr)
+            fuse_req_interrupt_func(req, &Ops::interrupt_cb, nullptr);
+        return;
+    }
+    p->reply_slot = free_reply_slots_.back();
+    free_reply_slots_.pop_back();
+    // The servers' reply cache wants a slot's ids to grow: a new tag now,
+    // under the slot, as pvfs.ko takes one with it.
+    p->tag = next_tag();
+    pvfsd_msg_hdr hdr{};
+    pvfsd_req_common common{};
+    if (upcall.size() < sizeof(hdr) + sizeof(common)) {
+        gossip::error(gossip::Mask::dev, "{}: a change of {} bytes", pvfsd::op_name(p->op),
+                      upcall.size());
+        upcall.clear(); // start() refuses it
+    } else {
+        std::memcpy(&hdr, upcall.data(), sizeof(hdr));
+        std::memcpy(&common, upcall.data() + sizeof(hdr), sizeof(common));
+        hdr.tag = p->tag;
+        common.reply_slot = p->reply_slot;
+        std::memcpy(upcall.data(), &hdr, sizeof(hdr));
+        std::memcpy(upcall.data() + sizeof(hdr), &common, sizeof(common));
+    }
+    start(std::move(p), std::move(upcall));
+}
+
+void FuseChannel::start_data(std::unique_ptr<Pending> p, std::span<const std::byte> write_data)
+{
+    const std::uint64_t tag = p->tag;
+    fuse_req_t req = p->req;
+    Pending &ref = *p;
+    if (req != nullptr)
+        tag_of_[req] = tag;
+    pending_[tag] = std::move(p);
+    ref.started = false;
+    ref.slot = ~0U;
+    if (free_slots_.empty()) {
+        if (ref.op == PVFSD_OP_WRITE && ref.data.empty())
+            ref.data.assign(write_data.begin(), write_data.end());
+        waiting_data_.push_back(tag);
+    } else {
+        ref.slot = free_slots_.back();
+        free_slots_.pop_back();
+        if (ref.op == PVFSD_OP_WRITE && ref.data.empty())
+            std::ranges::copy(write_data,
+                              std::span(slots_).subspan(ref.slot * settings_.slot_size).begin());
+        start_io(ref);
+    }
+    // An op that could not start has been answered already.
+    if (req != nullptr && pending_.contains(tag))
+        fuse_req_interrupt_func(req, &Ops::interrupt_cb, nullptr);
+}
+
+void FuseChannel::start_io(Pending &p)
+{
+    const auto slot = std::span(slots_).subspan(p.slot * settings_.slot_size, settings_.slot_size);
+    if (!p.data.empty()) {
+        std::ranges::copy(p.data, slot.begin());
+        p.data = {};
+    }
     pvfsd_io_req r{};
     r.common = p.common;
     r.handle = p.ino;
@@ -302,22 +309,47 @@ void FuseChannel::start_read(Pending &p)
     r.length = static_cast<std::uint32_t>(p.size);
     r.slot = p.slot;
     p.started = true;
-    gossip::debug(gossip::Mask::dev, "READ tag {}: {} bytes at {} into slot {}", p.tag, p.size,
-                  p.offset, p.slot);
+    gossip::debug(gossip::Mask::dev, "{} tag {}: {} bytes at {} in slot {}", pvfsd::op_name(p.op),
+                  p.tag, p.size, p.offset, p.slot);
     std::string why;
-    auto up = pvfsd::Upcall::parse(message(PVFSD_OP_READ, p.tag, r), why);
+    auto up = pvfsd::Upcall::parse(message(p.op, p.tag, r), why);
     if (up && start_ != nullptr) {
         (*start_)(std::move(*up));
         return;
     }
-    gossip::error(gossip::Mask::dev, "READ tag {} not started: {}", p.tag,
+    gossip::error(gossip::Mask::dev, "{} tag {} not started: {}", pvfsd::op_name(p.op), p.tag,
                   up ? "no Handler at hand" : why);
     // As its answer would: the request gets EIO, the slot goes back.
     tag_of_.erase(p.req);
-    replied(fuse_reply_err(p.req, EIO), "READ");
+    replied(fuse_reply_err(p.req, EIO), pvfsd::op_name(p.op));
     free_slots_.push_back(p.slot);
     const std::uint64_t tag = p.tag;
     pending_.erase(tag); // p with it
+}
+
+void FuseChannel::start_waiting()
+{
+    // First come first served, each queue on its own slots.
+    while (!free_slots_.empty() && !waiting_data_.empty()) {
+        const std::uint64_t tag = waiting_data_.front();
+        waiting_data_.pop_front();
+        const auto it = pending_.find(tag);
+        if (it == pending_.end())
+            continue; // interrupted meanwhile
+        it->second->slot = free_slots_.back();
+        free_slots_.pop_back();
+        start_io(*it->second);
+    }
+    while (!free_reply_slots_.empty() && !waiting_changes_.empty()) {
+        const std::uint64_t tag = waiting_changes_.front();
+        waiting_changes_.pop_front();
+        auto node = pending_.extract(tag);
+        if (node.empty())
+            continue;
+        std::unique_ptr<Pending> p = std::move(node.mapped());
+        std::vector<std::byte> upcall = std::move(p->message);
+        start_change(std::move(p), std::move(upcall));
+    }
 }
 
 pvfsd::Channel::Received FuseChannel::receive(const Starter &start)
@@ -349,7 +381,7 @@ pvfsd::Channel::Received FuseChannel::receive(const Starter &start)
         if (it == pending_.end() || it->second->started)
             continue;
         tag_of_.erase(it->second->req);
-        replied(fuse_reply_err(it->second->req, EINTR), "an interrupted READ");
+        replied(fuse_reply_err(it->second->req, EINTR), "an interrupted request");
         pending_.erase(it);
     }
     if (result == Received::drained)
@@ -373,229 +405,30 @@ void FuseChannel::send(std::vector<std::byte> downcall, const Starter &start)
         return;
     }
     const Starter *const outer = std::exchange(start_, &start);
-    Pending &p = *node.mapped();
+    std::unique_ptr<Pending> p = std::move(node.mapped());
+    // The op is over at the servers: its slots come free once it is
+    // answered (a READ's data is copied from its slot by then).  What
+    // follows it (finish may start a second upcall for the request) takes
+    // slots of its own.
+    const std::uint32_t slot = p->slot;
+    const std::uint32_t reply_slot = std::exchange(p->reply_slot, PVFSD_NO_SLOT);
     finish(p, hdr, std::span<const std::byte>(downcall).subspan(sizeof(hdr)));
-    if (p.op == PVFSD_OP_READ && p.slot < settings_.slots) {
-        free_slots_.push_back(p.slot);
-        // The reads that waited for a slot, first come first served.
-        while (!free_slots_.empty() && !waiting_reads_.empty()) {
-            const std::uint64_t tag = waiting_reads_.front();
-            waiting_reads_.pop_front();
-            const auto it = pending_.find(tag);
-            if (it == pending_.end())
-                continue; // interrupted meanwhile
-            it->second->slot = free_slots_.back();
-            free_slots_.pop_back();
-            start_read(*it->second);
-        }
-    }
+    if (slot < settings_.slots)
+        free_slots_.push_back(slot);
+    if (reply_slot < PVFSD_REPLY_SLOTS)
+        free_reply_slots_.push_back(reply_slot);
+    start_waiting();
     start_ = outer;
 }
 
-void FuseChannel::finish(Pending &p, const pvfsd_msg_hdr &hdr, std::span<const std::byte> body)
+void FuseChannel::count_open(fuse_ino_t ino, std::uint32_t mode, std::uint64_t gen)
 {
-    if (p.req != nullptr)
-        tag_of_.erase(p.req);
-    int status = hdr.status;
-    if (hdr.op != p.op) {
-        gossip::error(gossip::Mask::dev, "the answer to {} tag {} says it is {}",
-                      pvfsd::op_name(p.op), p.tag, pvfsd::op_name(hdr.op));
-        status = -EIO;
-    }
-    if (p.op == PVFSD_OP_ATTACH) {
-        attach_status_ = status;
-        return;
-    }
-    if (p.req == nullptr) {
-        if (status != 0)
-            gossip::debug(gossip::Mask::pvfsd, "{} tag {}: {}", pvfsd::op_name(p.op), p.tag,
-                          client::error_text(status));
-        return;
-    }
-    if (status != 0) {
-        int err = -status;
-        if (err == ECANCELED)
-            err = EINTR; // the kernel interrupted it
-        if (err <= 0 || err > 4095)
-            err = EIO;
-        replied(fuse_reply_err(p.req, err), pvfsd::op_name(p.op));
-        return;
-    }
-    switch (p.op) {
-    case PVFSD_OP_LOOKUP:
-        reply_entry(p, body);
-        break;
-    case PVFSD_OP_GETATTR:
-        reply_attr(p, body);
-        break;
-    case PVFSD_OP_OPEN:
-        reply_open(p, body);
-        break;
-    case PVFSD_OP_READ:
-        reply_read(p, body);
-        break;
-    case PVFSD_OP_READDIR:
-        reply_readdir(p, body);
-        break;
-    case PVFSD_OP_STATFS:
-        reply_statfs(p, body);
-        break;
-    case PVFSD_OP_READLINK:
-        reply_readlink(p, body);
-        break;
-    case PVFSD_OP_XATTR_GET:
-    case PVFSD_OP_XATTR_LIST:
-        reply_xattr(p, body);
-        break;
-    default:
-        gossip::error(gossip::Mask::dev, "no FUSE answer for {}", pvfsd::op_name(p.op));
-        replied(fuse_reply_err(p.req, EIO), "an op without an answer");
-    }
-}
-
-void FuseChannel::reply_entry(Pending &p, std::span<const std::byte> body)
-{
-    const auto r = body_of<pvfsd_attr_resp>(body);
-    fuse_entry_param e{};
-    if (!r || !to_stat(r->attr, e.attr)) {
-        gossip::error(gossip::Mask::dev, "LOOKUP tag {}: malformed attributes", p.tag);
-        replied(fuse_reply_err(p.req, EIO), "LOOKUP");
-        return;
-    }
-    e.ino = r->attr.handle;
-    e.generation = 0;
-    e.attr_timeout = attr_timeout(r->attr.type);
-    e.entry_timeout = seconds(settings_.entry_timeout);
-    replied(fuse_reply_entry(p.req, &e), "LOOKUP");
-}
-
-void FuseChannel::reply_attr(Pending &p, std::span<const std::byte> body)
-{
-    const auto r = body_of<pvfsd_attr_resp>(body);
-    struct stat st {};
-    if (!r || !to_stat(r->attr, st) || r->attr.handle != p.ino) {
-        gossip::error(gossip::Mask::dev, "GETATTR tag {}: malformed attributes", p.tag);
-        replied(fuse_reply_err(p.req, EIO), "GETATTR");
-        return;
-    }
-    replied(fuse_reply_attr(p.req, &st, attr_timeout(r->attr.type)), "GETATTR");
-}
-
-void FuseChannel::reply_open(Pending &p, std::span<const std::byte> /*body*/)
-{
-    Opened &o = opened_[p.ino];
+    Opened &o = opened_[ino];
     ++o.count;
-    o.gen = std::max(o.gen, p.tag);
-    // An open whose caller went meanwhile gets no release: its hold ends here.
-    if (fuse_reply_open(p.req, &p.fi) != 0)
-        release(p.ino);
-}
-
-void FuseChannel::reply_read(Pending &p, std::span<const std::byte> body)
-{
-    const auto r = body_of<pvfsd_io_resp>(body);
-    if (!r || r->done > p.size || p.slot >= settings_.slots) {
-        gossip::error(gossip::Mask::dev, "READ tag {}: a malformed answer", p.tag);
-        replied(fuse_reply_err(p.req, EIO), "READ");
-        return;
-    }
-    const auto data = std::span(slots_).subspan(p.slot * settings_.slot_size, r->done);
-    replied(fuse_reply_buf(p.req, reinterpret_cast<const char *>(data.data()), data.size()),
-            "READ");
-}
-
-void FuseChannel::reply_readdir(Pending &p, std::span<const std::byte> body)
-{
-    const auto r = body_of<pvfsd_readdir_resp>(body);
-    if (!r) {
-        replied(fuse_reply_err(p.req, EIO), "READDIR");
-        return;
-    }
-    std::vector<char> out(p.size);
-    std::size_t used = 0;
-    std::size_t at = sizeof(*r);
-    std::uint32_t i = 0;
-    for (; i < r->count; ++i) {
-        const auto d = body_of<pvfsd_dirent>(body.subspan(std::min(at, body.size())));
-        if (!d || d->name_len == 0 || d->name_len > PVFSD_MAX_NAME ||
-            body.size() - at - sizeof(*d) < d->name_len || d->cookie == 0) {
-            gossip::error(gossip::Mask::dev, "READDIR tag {}: a malformed entry", p.tag);
-            replied(fuse_reply_err(p.req, EIO), "READDIR");
-            return;
-        }
-        if (d->cookie >= std::numeric_limits<std::uint64_t>::max() - dots) {
-            replied(fuse_reply_err(p.req, EOVERFLOW), "READDIR");
-            return;
-        }
-        const std::string name(reinterpret_cast<const char *>(body.data() + at + sizeof(*d)),
-                               d->name_len);
-        struct stat st {};
-        st.st_ino = d->handle;
-        st.st_mode = type_bits(d->type);
-        const std::size_t need =
-            fuse_add_direntry(p.req, out.data() + used, out.size() - used, name.c_str(), &st,
-                              static_cast<off_t>(d->cookie + dots));
-        if (need > out.size() - used)
-            break; // the next READDIR starts at it
-        used += need;
-        at += (sizeof(*d) + d->name_len + 7) / 8 * 8;
-    }
-    if (used == 0 && r->eof == 0) {
-        // Neither an entry nor the end: an empty answer would end the listing.
-        gossip::error(gossip::Mask::dev, "READDIR tag {}: no entry and no end", p.tag);
-        replied(fuse_reply_err(p.req, EIO), "READDIR");
-        return;
-    }
-    replied(fuse_reply_buf(p.req, out.data(), used), "READDIR");
-}
-
-void FuseChannel::reply_statfs(Pending &p, std::span<const std::byte> body)
-{
-    const auto r = body_of<pvfsd_statfs_resp>(body);
-    if (!r) {
-        replied(fuse_reply_err(p.req, EIO), "STATFS");
-        return;
-    }
-    struct statvfs sv {};
-    sv.f_bsize = r->bsize;
-    sv.f_frsize = r->bsize;
-    sv.f_blocks = r->blocks;
-    sv.f_bfree = r->bfree;
-    sv.f_bavail = r->bavail;
-    sv.f_files = r->files;
-    sv.f_ffree = r->ffree;
-    sv.f_favail = r->ffree;
-    sv.f_namemax = r->namelen;
-    replied(fuse_reply_statfs(p.req, &sv), "STATFS");
-}
-
-void FuseChannel::reply_readlink(Pending &p, std::span<const std::byte> body)
-{
-    const auto r = body_of<pvfsd_readlink_resp>(body);
-    if (!r || r->target_len == 0 || r->target_len > PVFSD_MAX_SYMLINK ||
-        body.size() - sizeof(*r) < r->target_len) {
-        replied(fuse_reply_err(p.req, EIO), "READLINK");
-        return;
-    }
-    const std::string target(reinterpret_cast<const char *>(body.data() + sizeof(*r)),
-                             r->target_len);
-    replied(fuse_reply_readlink(p.req, target.c_str()), "READLINK");
-}
-
-void FuseChannel::reply_xattr(Pending &p, std::span<const std::byte> body)
-{
-    const auto r = body_of<pvfsd_xattr_resp>(body);
-    if (!r || (p.size != 0 && (r->size > p.size || body.size() - sizeof(*r) < r->size))) {
-        replied(fuse_reply_err(p.req, EIO), pvfsd::op_name(p.op));
-        return;
-    }
-    if (p.size == 0) {
-        replied(fuse_reply_xattr(p.req, r->size), pvfsd::op_name(p.op));
-        return;
-    }
-    replied(
-        fuse_reply_buf(p.req, reinterpret_cast<const char *>(body.data() + sizeof(*r)), r->size),
-        pvfsd::op_name(p.op));
+    o.mode |= mode;
+    // The servers keep the greatest gen of the mount's opens (a slower
+    // OPEN may end after a later one).
+    o.gen = std::max(o.gen, gen);
 }
 
 void FuseChannel::release(fuse_ino_t ino)
@@ -615,6 +448,7 @@ void FuseChannel::flush_closes()
         const std::size_t n = std::min<std::size_t>(closes_.size(), PVFSD_MAX_CLOSE);
         pvfsd_close_req c{};
         c.common = common_of(nullptr);
+        c.common.mount_id = mount_id_;
         c.count = static_cast<std::uint32_t>(n);
         auto p = std::make_unique<Pending>();
         p->tag = next_tag();
@@ -637,9 +471,10 @@ void FuseChannel::cancel(fuse_req_t req)
     if (it == pending_.end())
         return;
     if (!it->second->started) {
-        // A READ still waiting for a slot ends, but not from here: libfuse
-        // calls this with the request locked, and a reply frees it.
-        std::erase(waiting_reads_, target);
+        // Still waiting for a slot: it ends, but not from here (libfuse
+        // calls this with the request locked, and a reply frees it).
+        std::erase(waiting_data_, target);
+        std::erase(waiting_changes_, target);
         interrupted_.push_back(target);
         return;
     }
@@ -653,6 +488,38 @@ void FuseChannel::cancel(fuse_req_t req)
                       target);
         (*start_)(std::move(*up));
     }
+}
+
+void FuseChannel::learned(const pvfsd_attr &a, bool lookup)
+{
+    auto it = known_.find(a.handle);
+    if (it == known_.end()) {
+        // Only a lookup makes an inode known to the kernel (the root is
+        // known from the start).
+        if (!lookup && a.handle != FUSE_ROOT_ID)
+            return;
+        it = known_.emplace(a.handle, Known{}).first;
+    }
+    if (lookup)
+        ++it->second.nlookup;
+    it->second.attr = a;
+}
+
+void FuseChannel::forget(fuse_ino_t ino, std::uint64_t nlookup)
+{
+    const auto it = known_.find(ino);
+    if (it == known_.end() || ino == FUSE_ROOT_ID)
+        return;
+    if (it->second.nlookup <= nlookup)
+        known_.erase(it);
+    else
+        it->second.nlookup -= nlookup;
+}
+
+const pvfsd_attr *FuseChannel::known(fuse_ino_t ino) const
+{
+    const auto it = known_.find(ino);
+    return it == known_.end() ? nullptr : &it->second.attr;
 }
 
 } // namespace pvfs::fuse

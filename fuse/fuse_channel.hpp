@@ -7,8 +7,12 @@
 // answer comes back through send().  No request waits on a thread, so a
 // mount whose servers are slow holds no thread pool.
 //
-// Read-only in this version: requests that would change anything are
-// answered EROFS (the mount is also `ro`).
+// What waits here, never on a thread: a READ or WRITE for a free data
+// slot, a change for one of the mount's reply slots (the exactly-once ids
+// pvfs.ko gives its changes), and the second upcall of a request that
+// needs two (a CREATE whose servers could not hold the file: its OPEN; an
+// O_APPEND WRITE: the GETATTR that finds the end first; an O_TRUNC open:
+// the SETATTR through it).
 #pragma once
 
 #include "channel.hpp"
@@ -82,6 +86,14 @@ public:
     struct Ops;
 
 private:
+    // What follows an upcall's answer, for a request that needs two.
+    enum class Then : std::uint8_t {
+        reply,         // answer the request
+        open_created,  // CREATE that the servers did not hold: OPEN it, then answer
+        append,        // GETATTR of an O_APPEND WRITE: WRITE at the end it found
+        truncate,      // SETATTR of an O_TRUNC create that found the file: answer the create
+        truncate_open, // SETATTR of an O_TRUNC open: answer the open
+    };
     // One FUSE request (or one upcall of pvfs-fuse's own) waiting for its
     // downcall, by tag.
     struct Pending {
@@ -89,22 +101,44 @@ private:
         std::uint16_t op = 0;
         fuse_req_t req = nullptr; // nullptr: pvfs-fuse's own (ATTACH, CLOSE)
         fuse_ino_t ino = 0;
-        std::uint64_t offset = 0;  // READ, READDIR
-        std::size_t size = 0;      // READ, READDIR, XATTR_*: the room the kernel gave
-        std::uint32_t slot = ~0U;  // READ: the slot holding its data
-        bool started = false;      // READ: false while it waits for a slot
-        fuse_file_info fi{};       // OPEN's, answered with it
-        pvfsd_req_common common{}; // READ: its caller, for when it starts
+        std::uint64_t offset = 0; // READ, WRITE, READDIR
+        std::size_t size = 0;     // READ, WRITE, READDIR, XATTR_*: the room or the bytes
+        std::uint32_t slot = ~0U; // READ, WRITE: the slot holding its data
+        std::uint32_t reply_slot = PVFSD_NO_SLOT; // a change: the one it holds
+        bool started = false;                     // false while it waits for a slot
+        Then then = Then::reply;
+        std::uint32_t open_mode = 0; // OPEN, CREATE: PVFSD_OPEN_* asked for
+        fuse_file_info fi{};         // OPEN's and CREATE's, answered with it
+        pvfsd_req_common common{};   // READ, WRITE, CREATE: its caller
+        pvfsd_attr attr{};           // CREATE: the new file's, for the OPEN that follows
+        // A change waiting for a reply slot: its message (tag and slot
+        // filled in when it starts).  A WRITE that could not go at once:
+        // its bytes (the kernel's buffer is reused by the next request).
+        std::vector<std::byte> message;
+        std::vector<std::byte> data;
     };
     // The files the kernel holds open, by inode: OPEN at the first, CLOSE
     // after the last release (as pvfs.ko does, not per file description:
-    // a CLOSE ends the mount's hold whichever open it came from).
+    // a CLOSE ends the mount's hold whichever open it came from).  A later
+    // open for more modes sends another OPEN, with all of them.
     struct Opened {
         std::uint32_t count = 0;
-        std::uint64_t gen = 0; // the latest OPEN that held it
+        std::uint64_t gen = 0;  // the latest OPEN that held it
+        std::uint32_t mode = 0; // PVFSD_OPEN_* of the opens counted
+    };
+    // What the kernel was last told of an inode it knows by a lookup (its
+    // lookup count, as FUSE's forget counts them): whose it is and what
+    // size and mtime it has.
+    struct Known {
+        std::uint64_t nlookup = 0;
+        pvfsd_attr attr{};
     };
 
     [[nodiscard]] static pvfsd_req_common common_of(fuse_req_t req);
+    // Whether the caller may open a file of these attributes for `mode`
+    // (PVFSD_OPEN_*), as the kernel's generic_permission decides.
+    [[nodiscard]] static bool may_open(const pvfsd_req_common &c, const pvfsd_attr &a,
+                                       std::uint32_t mode);
     // A request's entry, with a tag of its own.
     [[nodiscard]] std::unique_ptr<Pending> pending(fuse_req_t req, std::uint16_t op,
                                                    fuse_ino_t ino);
@@ -112,16 +146,45 @@ private:
     // Starts `upcall` for `p` (added to the pending table), or answers the
     // request EIO when no Starter is at hand (not inside receive()).
     void start(std::unique_ptr<Pending> p, std::vector<std::byte> upcall);
-    void start_read(Pending &p);
-    void finish(Pending &p, const pvfsd_msg_hdr &hdr, std::span<const std::byte> body);
+    // A change (pvfs.ko's list, kmod/op.c): it takes a reply slot and a new
+    // tag first, or waits for a slot to come free.
+    void start_change(std::unique_ptr<Pending> p, std::vector<std::byte> upcall);
+    // A READ or WRITE: it takes a data slot first, or waits for one.
+    void start_data(std::unique_ptr<Pending> p, std::span<const std::byte> write_data = {});
+    void start_io(Pending &p);
+    // The waiting ops whose slots came free.
+    void start_waiting();
+    void finish(std::unique_ptr<Pending> &p, const pvfsd_msg_hdr &hdr,
+                std::span<const std::byte> body);
     void reply_entry(Pending &p, std::span<const std::byte> body);
+    void reply_create(std::unique_ptr<Pending> &p, std::span<const std::byte> body);
+    // The create's answer once the file is open (and truncated): false
+    // when the kernel took none (the open is released).
+    bool answer_create(Pending &p, const pvfsd_attr &a);
     void reply_attr(Pending &p, std::span<const std::byte> body);
-    void reply_open(Pending &p, std::span<const std::byte> body);
+    void reply_open(std::unique_ptr<Pending> &p, std::span<const std::byte> body);
+    // The SETATTR of an O_TRUNC open of `p.ino` (counted open already),
+    // through the open as pvfs.ko's handle_truncate: `p.then` says what
+    // answers the request after it.
+    void truncate_opened(std::unique_ptr<Pending> p);
     void reply_read(Pending &p, std::span<const std::byte> body);
+    static void reply_write(Pending &p, std::span<const std::byte> body);
+    void reply_append(std::unique_ptr<Pending> &p, std::span<const std::byte> body);
     static void reply_readdir(Pending &p, std::span<const std::byte> body);
     static void reply_statfs(Pending &p, std::span<const std::byte> body);
     static void reply_readlink(Pending &p, std::span<const std::byte> body);
     static void reply_xattr(Pending &p, std::span<const std::byte> body);
+    // An OPEN of `p.ino` for `p.open_mode`, answered with fuse_reply_open
+    // (or _create with `p.attr`, after a CREATE).
+    void send_open(std::unique_ptr<Pending> p);
+    void count_open(fuse_ino_t ino, std::uint32_t mode, std::uint64_t gen);
+    // Attributes the kernel now has (from an answer it took); the kernel's
+    // own are dropped when another client changed the file (close-to-open).
+    void learned(const pvfsd_attr &a, bool lookup);
+    void forget(fuse_ino_t ino, std::uint64_t nlookup);
+    [[nodiscard]] const pvfsd_attr *known(fuse_ino_t ino) const;
+    // UNLINK or RMDIR of a name.
+    void remove(fuse_req_t req, fuse_ino_t parent, const char *name, std::uint16_t op);
     void release(fuse_ino_t ino);
     void flush_closes();
     void cancel(fuse_req_t req);
@@ -130,18 +193,28 @@ private:
     FuseSettings settings_;
     std::vector<std::byte> slots_;
     std::vector<std::uint32_t> free_slots_;
-    std::deque<std::uint64_t> waiting_reads_; // tags, first come first served
+    std::deque<std::uint64_t> waiting_data_; // READs, WRITEs: tags, first come first served
+    std::vector<std::uint32_t> free_reply_slots_;
+    std::deque<std::uint64_t> waiting_changes_; // tags, first come first served
     fuse_session *session_ = nullptr;
     bool mounted_ = false;
     fuse_buf buf_{};
     const Starter *start_ = nullptr; // inside receive() and send()
     std::uint64_t last_tag_ = 0;
     std::uint64_t client_id_ = 0;
+    // The mount's id, as the Handler knows it: it also names the mount's
+    // sessions on the metadata servers (their owner, with the machine and
+    // the source), and a new session of an owner ends the old one.  So it
+    // is random per pvfs-fuse, as pvfs.ko's are unique per boot: two
+    // mounts of one file system on a machine must not end each other's
+    // sessions.  (The top bit keeps it out of pvfs.ko's counter's range.)
+    std::uint64_t mount_id_ = 0;
     std::unordered_map<std::uint64_t, std::unique_ptr<Pending>> pending_;
     std::unordered_map<fuse_req_t, std::uint64_t> tag_of_;
     std::unordered_map<fuse_ino_t, Opened> opened_;
+    std::unordered_map<fuse_ino_t, Known> known_;
     std::vector<pvfsd_close_ref> closes_;    // released since the last flush
-    std::vector<std::uint64_t> interrupted_; // READs interrupted while waiting
+    std::vector<std::uint64_t> interrupted_; // ops interrupted while waiting for a slot
     int attach_status_ = 1;                  // 1: not answered yet
     std::string attach_error_;
 };

@@ -18,6 +18,7 @@ namespace {
 
 namespace gossip = pvfs::gossip;
 using detail::message;
+using detail::open_bits;
 
 // The most a listing asks for at once: its answer is one message.
 constexpr std::size_t max_readdir_bytes = 65536;
@@ -25,11 +26,6 @@ constexpr std::size_t max_readdir_bytes = 65536;
 FuseChannel &self(fuse_req_t req)
 {
     return *static_cast<FuseChannel *>(fuse_req_userdata(req));
-}
-
-void erofs(fuse_req_t req)
-{
-    static_cast<void>(fuse_reply_err(req, EROFS));
 }
 
 } // namespace
@@ -63,6 +59,9 @@ const fuse_lowlevel_ops &FuseChannel::Ops::table()
         o.create = &create;
         o.setxattr = &setxattr;
         o.removexattr = &removexattr;
+        o.flush = &flush;
+        o.fsync = &fsync;
+        o.fsyncdir = &fsyncdir;
         return o;
     }();
     return ops;
@@ -76,15 +75,32 @@ void FuseChannel::Ops::interrupt_cb(fuse_req_t req, void * /*data*/)
 void FuseChannel::Ops::init(void *userdata, fuse_conn_info *conn)
 {
     const FuseChannel &ch = *static_cast<const FuseChannel *>(userdata);
-    // A READ fills one slot (libfuse wants the mount's max_read here too).
+    // A READ or WRITE fills at most one slot (libfuse wants the mount's
+    // max_read here too).
     conn->max_read = static_cast<unsigned>(ch.settings_.slot_size);
+    conn->max_write = std::min(conn->max_write, static_cast<unsigned>(ch.settings_.slot_size));
     // Requests arrive as memory (the slots are copied into replies), and
-    // the kernel owns no size or mtime: no splice, no writeback cache.
+    // the kernel owns no size or mtime: no splice, no writeback cache
+    // (writes go through to the servers as they come, as pvfs.ko's
+    // writeback of a page does).  A write by another user clears
+    // setuid/setgid with the kernel's SETATTR (not left to the servers),
+    // as the VFS does for pvfs.ko.
     conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
-                    FUSE_CAP_WRITEBACK_CACHE);
+                    FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_HANDLE_KILLPRIV);
+    // O_TRUNC comes with the open, which truncates through the file once
+    // it is open, as pvfs.ko's handle_truncate (the kernel's own SETATTR
+    // after an open names no file: the servers would judge it by the mode
+    // alone, and refuse a squashed root what pvfs.ko's open may do).
+    if ((conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) != 0)
+        conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+    // A read asks for the attributes when they are stale (dropped at an
+    // open that found the file changed), and drops cached pages when the
+    // size or mtime moved: close-to-open.
+    if ((conn->capable & FUSE_CAP_AUTO_INVAL_DATA) != 0)
+        conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
     conn->time_gran = 1;
-    gossip::info(gossip::Mask::pvfsd, "FUSE protocol {}.{}, max read {} bytes", conn->proto_major,
-                 conn->proto_minor, conn->max_read);
+    gossip::info(gossip::Mask::pvfsd, "FUSE protocol {}.{}, max read {} bytes, max write {}",
+                 conn->proto_major, conn->proto_minor, conn->max_read, conn->max_write);
 }
 
 void FuseChannel::Ops::lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -104,15 +120,19 @@ void FuseChannel::Ops::lookup(fuse_req_t req, fuse_ino_t parent, const char *nam
     ch.start(std::move(p), std::move(bytes));
 }
 
-void FuseChannel::Ops::forget(fuse_req_t req, fuse_ino_t /*ino*/, std::uint64_t /*nlookup*/)
+void FuseChannel::Ops::forget(fuse_req_t req, fuse_ino_t ino, std::uint64_t nlookup)
 {
-    // A lookup holds nothing on the servers.
+    // A lookup holds nothing on the servers: only what pvfs-fuse knows of
+    // the inode goes.
+    self(req).forget(ino, nlookup);
     fuse_reply_none(req);
 }
 
-void FuseChannel::Ops::forget_multi(fuse_req_t req, std::size_t /*count*/,
-                                    fuse_forget_data * /*forgets*/)
+void FuseChannel::Ops::forget_multi(fuse_req_t req, std::size_t count, fuse_forget_data *forgets)
 {
+    FuseChannel &ch = self(req);
+    for (const fuse_forget_data &f : std::span(forgets, count))
+        ch.forget(f.ino, f.nlookup);
     fuse_reply_none(req);
 }
 
@@ -141,31 +161,40 @@ void FuseChannel::Ops::readlink(fuse_req_t req, fuse_ino_t ino)
 void FuseChannel::Ops::open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi)
 {
     FuseChannel &ch = self(req);
-    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC) != 0) {
-        erofs(req);
-        return;
-    }
-    fi->fh = 0;
+    const std::uint32_t mode = open_bits(fi->flags);
+    // Later requests of this open (SETATTR of ftruncate) say how it was
+    // opened.
+    fi->fh = mode;
     fi->keep_cache = 0; // close-to-open: another client may have written
     const auto held = ch.opened_.find(ino);
-    if (held != ch.opened_.end()) {
-        // Held for reading already: the kernel's later opens need no OPEN
-        // (pvfs.ko sends one only at an inode's first open, or for more
-        // modes).
+    if (held != ch.opened_.end() && (mode & ~held->second.mode) == 0) {
+        // Held for these modes already: the kernel's later opens need no
+        // OPEN (pvfs.ko sends one only at an inode's first open, or for
+        // more modes).  Close-to-open as there: the kernel asks for the
+        // attributes again before it uses them.
         ++held->second.count;
+        const int rc = fuse_lowlevel_notify_inval_inode(ch.session_, ino, -1, 0);
+        if (rc != 0 && rc != -ENOENT)
+            gossip::debug(gossip::Mask::dev, "open of {:#x}: attributes not dropped: {}", ino,
+                          strerrordesc_np(-rc));
+        if ((fi->flags & O_TRUNC) != 0) {
+            auto p = ch.pending(req, PVFSD_OP_SETATTR, ino);
+            p->open_mode = mode;
+            p->fi = *fi;
+            p->common = common_of(req);
+            p->then = Then::truncate_open;
+            ch.truncate_opened(std::move(p));
+            return;
+        }
         if (fuse_reply_open(req, fi) != 0)
             ch.release(ino);
         return;
     }
-    pvfsd_open_req r{};
-    r.common = common_of(req);
-    r.handle = ino;
-    r.mode = PVFSD_OPEN_READ;
     auto p = ch.pending(req, PVFSD_OP_OPEN, ino);
-    r.gen = p->tag;
+    p->open_mode = mode;
     p->fi = *fi;
-    auto bytes = message(p->op, p->tag, r);
-    ch.start(std::move(p), std::move(bytes));
+    p->common = common_of(req);
+    ch.send_open(std::move(p));
 }
 
 void FuseChannel::Ops::read(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off,
@@ -190,20 +219,7 @@ void FuseChannel::Ops::read(fuse_req_t req, fuse_ino_t ino, std::size_t size, of
     p->offset = static_cast<std::uint64_t>(off);
     p->size = size;
     p->common = common_of(req);
-    const std::uint64_t tag = p->tag;
-    Pending &ref = *p;
-    ch.tag_of_[req] = tag;
-    ch.pending_[tag] = std::move(p);
-    if (ch.free_slots_.empty()) {
-        ch.waiting_reads_.push_back(tag);
-    } else {
-        ref.slot = ch.free_slots_.back();
-        ch.free_slots_.pop_back();
-        ch.start_read(ref);
-    }
-    // A READ that could not start has been answered already.
-    if (ch.pending_.contains(tag))
-        fuse_req_interrupt_func(req, &interrupt_cb, nullptr);
+    ch.start_data(std::move(p));
 }
 
 void FuseChannel::Ops::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info * /*fi*/)
@@ -273,6 +289,10 @@ void FuseChannel::Ops::getxattr(fuse_req_t req, fuse_ino_t ino, const char *name
         static_cast<void>(fuse_reply_err(req, ERANGE));
         return;
     }
+    if (!detail::xattr_name_served(n)) {
+        static_cast<void>(fuse_reply_err(req, EOPNOTSUPP));
+        return;
+    }
     pvfsd_xattr_req r{};
     r.common = common_of(req);
     r.handle = ino;
@@ -295,76 +315,6 @@ void FuseChannel::Ops::listxattr(fuse_req_t req, fuse_ino_t ino, std::size_t siz
     p->size = r.value_len;
     auto bytes = message(p->op, p->tag, r);
     ch.start(std::move(p), std::move(bytes));
-}
-
-void FuseChannel::Ops::setattr(fuse_req_t req, fuse_ino_t /*ino*/, struct stat * /*attr*/,
-                               int /*to_set*/, fuse_file_info * /*fi*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::mknod(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/,
-                             mode_t /*mode*/, dev_t /*rdev*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::mkdir(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/,
-                             mode_t /*mode*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::unlink(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::rmdir(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::symlink(fuse_req_t req, const char * /*link*/, fuse_ino_t /*parent*/,
-                               const char * /*name*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::rename(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/,
-                              fuse_ino_t /*newparent*/, const char * /*newname*/,
-                              unsigned int /*flags*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::link(fuse_req_t req, fuse_ino_t /*ino*/, fuse_ino_t /*newparent*/,
-                            const char * /*newname*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::write(fuse_req_t req, fuse_ino_t /*ino*/, const char * /*buf*/,
-                             std::size_t /*size*/, off_t /*off*/, fuse_file_info * /*fi*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::create(fuse_req_t req, fuse_ino_t /*parent*/, const char * /*name*/,
-                              mode_t /*mode*/, fuse_file_info * /*fi*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::setxattr(fuse_req_t req, fuse_ino_t /*ino*/, const char * /*name*/,
-                                const char * /*value*/, std::size_t /*size*/, int /*flags*/)
-{
-    erofs(req);
-}
-
-void FuseChannel::Ops::removexattr(fuse_req_t req, fuse_ino_t /*ino*/, const char * /*name*/)
-{
-    erofs(req);
 }
 
 } // namespace pvfs::fuse

@@ -1,6 +1,8 @@
-// pvfs-fuse's low-level FUSE ops (fuse_ops.cpp): each turns its request
-// into the upcall pvfs.ko would send, or answers it at once (the dots of a
-// listing, EROFS for a change).  Private to fuse/.
+// pvfs-fuse's low-level FUSE ops: each turns its request into the upcall
+// pvfs.ko would send for the same system call, or answers it at once (the
+// dots of a listing).  fuse_ops.cpp has those that look, fuse_change.cpp
+// those that change; fuse_reply.cpp turns downcalls into answers.  Private
+// to fuse/.
 #pragma once
 
 #include "fuse_channel.hpp"
@@ -8,8 +10,13 @@
 
 #include <fuse_lowlevel.h>
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +34,28 @@ std::vector<std::byte> message(std::uint16_t op, std::uint64_t tag, const Body &
     d.put_string(tail);
     return d.finish(0);
 }
+
+// A downcall's fixed body, when it is all there.
+template <typename Body> std::optional<Body> body_of(std::span<const std::byte> body)
+{
+    if (body.size() < sizeof(Body))
+        return std::nullopt;
+    Body b{};
+    std::memcpy(&b, body.data(), sizeof(Body));
+    return b;
+}
+
+// S_IF* of a PVFSD_TYPE_*, 0 for none.
+[[nodiscard]] mode_t type_bits(std::uint32_t type);
+// The kernel's attributes of an object: false when they make no sense.
+[[nodiscard]] bool to_stat(const pvfsd_attr &a, struct stat &st);
+// A reply whose request is gone (interrupted, unmounted) fails: logged.
+void replied(int rc, const char *what);
+// Whether a name of an extended attribute is one pvfs.ko has a handler
+// for ("user.", "pvfs."): the others are EOPNOTSUPP, as there.
+[[nodiscard]] bool xattr_name_served(std::string_view name);
+// PVFSD_OPEN_* of an open's flags, as pvfs.ko's FMODE_READ/WRITE.
+[[nodiscard]] std::uint32_t open_bits(int flags);
 
 } // namespace detail
 
@@ -52,7 +81,7 @@ struct FuseChannel::Ops {
     static void getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, std::size_t size);
     static void listxattr(fuse_req_t req, fuse_ino_t ino, std::size_t size);
 
-    // Changes: EROFS in this version.
+    // Changes (fuse_change.cpp).
     static void setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                         fuse_file_info *fi);
     static void mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
@@ -70,6 +99,9 @@ struct FuseChannel::Ops {
     static void setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                          std::size_t size, int flags);
     static void removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+    static void flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+    static void fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info *fi);
+    static void fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info *fi);
 };
 
 } // namespace pvfs::fuse

@@ -127,7 +127,11 @@ std::optional<Mount> sort_options(const Settings &s)
         return std::nullopt;
     }
     std::string attach;
-    std::string fuse_opts = "ro,default_permissions,subtype=pvfs,fsname=" + fuse_escape(m.source) +
+    // default_permissions: the kernel checks the mode bits against the
+    // attributes before it asks, as pvfs.ko's permission op does
+    // (generic_permission on attributes fetched again once stale); the
+    // servers check again with the caller's ids and groups.
+    std::string fuse_opts = "default_permissions,subtype=pvfs,fsname=" + fuse_escape(m.source) +
                             ",max_read=" + std::to_string(s.slot_size);
     // A root mount is every user's, as a pvfs.ko mount is (the kernel
     // checks permissions: default_permissions).  A user's is their own
@@ -145,12 +149,8 @@ std::optional<Mount> sort_options(const Settings &s)
             const std::string_view value =
                 eq == std::string_view::npos ? std::string_view{} : opt.substr(eq + 1);
             std::chrono::milliseconds t{};
-            if (opt.empty() || opt == "ro")
+            if (opt.empty() || opt == "rw")
                 continue;
-            if (opt == "rw") {
-                std::fprintf(stderr, "pvfs-fuse: rw: this version mounts read-only\n");
-                return std::nullopt;
-            }
             if (opt == "hard" || opt == "soft" || opt == "softerr" || key == "timeo" ||
                 key == "retrans" || key == "key") {
                 if (key == "key" && !value.starts_with('/')) {
@@ -267,7 +267,7 @@ int run(const Settings &s, const Mount &m, Background &bg)
         std::fprintf(stderr, "pvfs-fuse: %s\n", error.c_str());
         return 1;
     }
-    gossip::info(gossip::Mask::pvfsd, "{} mounted on {} (read-only)", m.source, m.mountpoint);
+    gossip::info(gossip::Mask::pvfsd, "{} mounted on {}", m.source, m.mountpoint);
     if (!s.pid_file.empty()) {
         std::ofstream f(s.pid_file, std::ios::trunc);
         f << ::getpid() << '\n';
@@ -295,8 +295,8 @@ int run_main(int argc, char **argv)
 {
     Settings s;
     pvfs::cli::Parser app{
-        "pvfs-fuse: mounts a pvfs file system through FUSE (read-only in this version): "
-        "pvfsd's client, fed by the kernel's FUSE requests"};
+        "pvfs-fuse: mounts a pvfs file system through FUSE: pvfsd's client, fed by the "
+        "kernel's FUSE requests"};
     app.option("args", s.positional,
                "SOURCE MOUNTPOINT: SOURCE is tcp://host:port/fsname or a cluster config file; "
                "with -c only MOUNTPOINT")
@@ -304,9 +304,10 @@ int run_main(int argc, char **argv)
     // -o is taken out of argv first (take_mount_options): as mount(8)'s,
     // it may come anywhere and many times.  Here for --help only.
     std::string help_only;
-    app.option("-o", help_only,
-               "mount options: hard, soft, softerr, timeo=T, retrans=N, key=FILE (as pvfs.ko's), "
-               "acregmin=, acdirmin=, actimeo=, noac; the others go to FUSE (allow_other, ...)");
+    app.option(
+        "-o", help_only,
+        "mount options: hard, soft, softerr, timeo=T, retrans=N, key=FILE (as pvfs.ko's), "
+        "acregmin=, acdirmin=, actimeo=, noac; the others go to FUSE (ro, allow_other, ...)");
     app.option("-c,--config", s.config, "the cluster config file instead of SOURCE");
     app.option("--key-file", s.key_file,
                "the key: a client key or the cluster key (default: the config's, "
@@ -318,10 +319,11 @@ int run_main(int argc, char **argv)
                "syslog; stderr in the foreground)");
     app.option("--debug", s.debug, "debug masks, e.g. pvfsd,dev,client (default: $PVFS_DEBUG)");
     app.option("--pid-file", s.pid_file, "write the serving process's pid here once mounted");
-    app.option("--slots", s.slots, "data buffers, one per READ in flight")
+    app.option("--slots", s.slots, "data buffers, one per READ or WRITE in flight")
         .show_default()
         .range(1U, PVFSD_SLOTS_MAX);
-    app.option("--slot-size", s.slot_size, "bytes per data buffer (FUSE reads are at most 1 MiB)")
+    app.option("--slot-size", s.slot_size,
+               "bytes per data buffer (FUSE reads and writes are at most 1 MiB)")
         .show_default()
         .range(1U << 20U, PVFSD_SLOT_SIZE_MAX);
     const std::vector<const char *> rest = take_mount_options(argc, argv, s.options);
