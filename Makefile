@@ -55,8 +55,9 @@ check-full:
 
 # A local cluster (1 metadata + 3 data servers on 127.0.0.1, storage in
 # ./run/), mounted at /mnt/pvfs: on this kernel when it can load pvfs.ko
-# (built here first when it has headers), else in the QEMU guest, where a
-# shell opens (or CMD runs).  UP_MODE=host|vm|cluster forces a way; `make
+# (built here first when it has headers), else through FUSE (pvfs-fuse)
+# when /dev/fuse works, else in the QEMU guest, where a shell opens (or CMD
+# runs).  UP_MODE=host|fuse|vm|cluster forces a way; `make
 # down` unmounts and stops it all.  On a fresh machine it first installs the
 # Debian packages it needs (scripts/deps, as root); then the sub-make builds
 # user space with the cmake that may just have been installed.  scripts/up
@@ -133,8 +134,8 @@ help:
 	@echo "make check        build everything and run the test suite (kernel 6.1)"
 	@echo "make check-full   the same on kernels 6.1 and 6.12"
 	@echo "make up           a local cluster (1 metadata + 3 data servers, ./run/) mounted at /mnt/pvfs;"
-	@echo "                  in a QEMU guest shell when this kernel cannot load pvfs.ko (CMD=... runs"
-	@echo "                  a command there; UP_MODE=host|vm|cluster forces a way)"
+	@echo "                  through FUSE when this kernel cannot load pvfs.ko, else in a QEMU guest"
+	@echo "                  shell (CMD=... runs a command there); UP_MODE=host|fuse|vm|cluster forces a way"
 	@echo "make down         unmount it and stop it all"
 	@echo "make deps         install the Debian packages pvfs needs (make up and make check do it)"
 	@echo "make vm-shell     boot a guest with pvfs.ko loaded (CMD=... to run a command)"
