@@ -21,8 +21,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const char *const ns_server = "pvfs-bmi-a";
-const char *const ns_client = "pvfs-bmi-b";
+// Each case has namespaces of its own, named after it: make check runs two
+// cases at once, and with shared names one case's setup tore down the
+// other's namespaces.  (Its cleanup runs in another process, so the name
+// cannot be the pid.)
+struct Hosts {
+    std::string server;
+    std::string client;
+};
+Hosts hosts_of(const std::string &test_case)
+{
+    return {"pvfs-bmi-" + test_case + "-a", "pvfs-bmi-" + test_case + "-b"};
+}
 const char *const server_ip = "198.18.0.1";
 
 int sh(const std::string &cmd)
@@ -30,17 +40,17 @@ int sh(const std::string &cmd)
     return std::system(cmd.c_str()); // NOLINT(cert-env33-c,concurrency-mt-unsafe): test setup
 }
 
-void teardown()
+void teardown(const Hosts &hosts)
 {
-    sh(std::string("ip netns del ") + ns_server + " 2>/dev/null");
-    sh(std::string("ip netns del ") + ns_client + " 2>/dev/null");
+    sh("ip netns del " + hosts.server + " 2>/dev/null");
+    sh("ip netns del " + hosts.client + " 2>/dev/null");
 }
 
-void setup()
+void setup(const Hosts &hosts)
 {
-    teardown();
-    const std::string a = ns_server;
-    const std::string b = ns_client;
+    teardown(hosts);
+    const std::string &a = hosts.server;
+    const std::string &b = hosts.client;
     const std::vector<std::string> cmds = {
         "ip netns add " + a,
         "ip netns add " + b,
@@ -58,9 +68,9 @@ void setup()
     }
 }
 
-void enter(const char *ns)
+void enter(const std::string &ns)
 {
-    const std::string path = std::string("/run/netns/") + ns;
+    const std::string path = "/run/netns/" + ns;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0)
         ATF_FAIL("cannot enter netns " + path + ": " +
@@ -79,9 +89,9 @@ bmi::Options server_options()
 // The server: echoes each unexpected request, then a 4 MiB rendezvous
 // message on tag 2, then exits.  exit_early: dies after the first request
 // instead of answering it.
-[[noreturn]] void serve(int port_pipe, bool exit_early)
+[[noreturn]] void serve(const Hosts &hosts, int port_pipe, bool exit_early)
 {
-    enter(ns_server);
+    enter(hosts.server);
     bmi::Bmi server(server_options());
     const bmi::ContextId ctx = server.open_context();
     const std::string url = server.listen_addresses().at(0);
@@ -111,7 +121,7 @@ bmi::Options server_options()
     ::_exit(0);
 }
 
-pid_t start_server(bool exit_early, int &port)
+pid_t start_server(const Hosts &hosts, bool exit_early, int &port)
 {
     std::array<int, 2> fds{};
     ATF_REQUIRE_EQ(::pipe(fds.data()), 0);
@@ -119,7 +129,7 @@ pid_t start_server(bool exit_early, int &port)
     ATF_REQUIRE(pid >= 0);
     if (pid == 0) {
         ::close(fds[0]);
-        serve(fds[1], exit_early);
+        serve(hosts, fds[1], exit_early);
     }
     ::close(fds[1]);
     ATF_REQUIRE_EQ(::read(fds[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
@@ -145,10 +155,11 @@ ATF_TEST_CASE_HEAD(two_hosts)
 }
 ATF_TEST_CASE_BODY(two_hosts)
 {
-    setup();
+    const Hosts hosts = hosts_of("two_hosts");
+    setup(hosts);
     int port = 0;
-    const pid_t server = start_server(false, port);
-    enter(ns_client);
+    const pid_t server = start_server(hosts, false, port);
+    enter(hosts.client);
     bmi::Bmi client(bmi::Options{});
     const bmi::ContextId ctx = client.open_context();
     const bmi::Addr a =
@@ -177,7 +188,7 @@ ATF_TEST_CASE_BODY(two_hosts)
 }
 ATF_TEST_CASE_CLEANUP(two_hosts)
 {
-    teardown();
+    teardown(hosts_of("two_hosts"));
 }
 
 ATF_TEST_CASE_WITH_CLEANUP(server_dies);
@@ -189,10 +200,11 @@ ATF_TEST_CASE_HEAD(server_dies)
 }
 ATF_TEST_CASE_BODY(server_dies)
 {
-    setup();
+    const Hosts hosts = hosts_of("server_dies");
+    setup(hosts);
     int port = 0;
-    const pid_t server = start_server(true, port);
-    enter(ns_client);
+    const pid_t server = start_server(hosts, true, port);
+    enter(hosts.client);
     bmi::Bmi client(bmi::Options{});
     const bmi::ContextId ctx = client.open_context();
     const bmi::Addr a =
@@ -210,7 +222,7 @@ ATF_TEST_CASE_BODY(server_dies)
 }
 ATF_TEST_CASE_CLEANUP(server_dies)
 {
-    teardown();
+    teardown(hosts_of("server_dies"));
 }
 
 ATF_INIT_TEST_CASES(tcs)
