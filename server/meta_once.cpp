@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -65,6 +67,8 @@ bool parse_faults(std::string_view text, std::vector<MetaFault> &out, std::strin
             f.kind = MetaFault::Kind::drop_reply;
         } else if (kind == "crash_after_commit") {
             f.kind = MetaFault::Kind::crash_after_commit;
+        } else if (kind == "crash_in_commit_wait") {
+            f.kind = MetaFault::Kind::crash_in_commit_wait;
         } else {
             error = "unknown fault kind \"" + std::string(kind) + "\"";
             return false;
@@ -417,12 +421,33 @@ bool MetaService::fault_fires(const Job &job, MetaFault::Kind &kind)
         return false;
     const std::uint64_t n = ++answered_[job.origin.op];
     for (const MetaFault &f : settings_.faults) {
-        if (f.op == job.origin.op && f.nth == n) {
+        if (f.kind != MetaFault::Kind::crash_in_commit_wait && f.op == job.origin.op &&
+            f.nth == n) {
             kind = f.kind;
             return true;
         }
     }
     return false;
+}
+
+void MetaService::crash_in_commit_wait()
+{
+    for (const MetaFault &f : settings_.faults) {
+        if (f.kind != MetaFault::Kind::crash_in_commit_wait ||
+            std::none_of(queued_.begin(), queued_.end(),
+                         [&](const Job &j) { return j.origin.op == f.op; }))
+            continue;
+        if (++waits_[f.op] != f.nth)
+            continue;
+        std::unordered_set<std::uint64_t> sessions;
+        for (const Job &j : queued_)
+            sessions.insert(j.origin.session);
+        gossip::error(Mask::meta,
+                      "TEST FAULT: exiting in group-commit wait {} of a {}, {} changes of {} "
+                      "clients queued, none committed",
+                      f.nth, proto::op_name(f.op), queued_.size(), sessions.size());
+        std::_Exit(9);
+    }
 }
 
 } // namespace pvfs::server

@@ -419,8 +419,11 @@ MetaService::MetaService(Loop &loop, meta::Store store, MetaSettings settings)
                      (settings_.lease + std::chrono::seconds(10)).count());
     }
     for (const MetaFault &f : settings_.faults) {
-        gossip::warning(Mask::meta, "TEST FAULT armed: {} of the {}th {}",
-                        f.kind == MetaFault::Kind::drop_reply ? "no reply" : "exit after commit",
+        gossip::warning(Mask::meta, "TEST FAULT armed: {} {}th {}",
+                        f.kind == MetaFault::Kind::drop_reply ? "no reply to the"
+                        : f.kind == MetaFault::Kind::crash_after_commit
+                            ? "exit after committing the"
+                            : "exit in the group-commit wait of the",
                         f.nth, proto::op_name(f.op));
     }
     thread_ = std::thread([this] { committer(); });
@@ -707,6 +710,8 @@ std::chrono::microseconds MetaService::wait_for_writers(std::unique_lock<std::mu
         return std::chrono::microseconds{0};
     wake_.wait_for(lock, limit,
                    [&] { return stop_ || queued_.size() >= max_batch || present() >= recent; });
+    if (!settings_.faults.empty())
+        crash_in_commit_wait();
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
                                                                  now);
 }

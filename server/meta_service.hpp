@@ -32,9 +32,11 @@ namespace pvfs::server {
 // Faults a test asks for ($PVFS_TEST_FAULTS, docs/testing.md): the n-th
 // committed change of `op` (counting from 1) that carries exactly-once ids
 // (or the n-th close naming files) gets no reply, or the server exits
-// (status 9) right after committing it.
+// (status 9) right after committing it; or the server exits at the end of
+// the n-th group-commit wait whose batch holds an `op`, before committing
+// any of the batch (crash_in_commit_wait).
 struct MetaFault {
-    enum class Kind : std::uint8_t { drop_reply, crash_after_commit };
+    enum class Kind : std::uint8_t { drop_reply, crash_after_commit, crash_in_commit_wait };
     Kind kind = Kind::drop_reply;
     proto::Op op = proto::Op::create;
     std::uint64_t nth = 1;
@@ -195,6 +197,9 @@ private:
     int end_session(meta::WriteBatch &batch, std::uint64_t client_id, const char *why);
     void sweep_sessions(meta::WriteBatch &batch, std::chrono::steady_clock::time_point now);
     [[nodiscard]] bool fault_fires(const Job &job, MetaFault::Kind &kind);
+    // At the end of a group-commit wait (the lock held): exits when a
+    // crash_in_commit_wait fault's count is reached.
+    void crash_in_commit_wait();
 
     Loop &loop_;
     meta::Store store_;
@@ -238,6 +243,7 @@ private:
 
     // The loop's own: changes answered per op, for faults.
     std::unordered_map<proto::Op, std::uint64_t> answered_;
+    std::unordered_map<proto::Op, std::uint64_t> waits_; // group-commit waits, for the faults
 
     mutable std::mutex mutex_;
     std::condition_variable wake_;
