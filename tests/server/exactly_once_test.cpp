@@ -11,10 +11,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -415,7 +415,8 @@ ATF_TEST_CASE_BODY(group_commit_crash)
                 const int rc =
                     c->create(root_handle, fmt::format("w{}.{}", w, i), 0644, true, {}, a);
                 if (rc != 0 && failures[w].empty())
-                    failures[w] = fmt::format("create w{}.{}: {}", w, i, std::strerror(-rc));
+                    failures[w] = fmt::format("create w{}.{}: {}", w, i,
+                                              std::generic_category().message(-rc));
             }
         });
     }
