@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,6 +43,20 @@ namespace proto = pvfs::proto;
 namespace auth = pvfs::auth;
 
 namespace {
+
+// Where the server listens: tcp on loopback, or (the _ib cases, in the VM
+// rig) the RDMA device's address.
+// NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables)
+std::string g_listen = "tcp://127.0.0.1:0";
+
+void use_ib()
+{
+    const char *addr = std::getenv("PVFS_TEST_IB_ADDR"); // NOLINT(concurrency-mt-unsafe)
+    if (addr == nullptr || *addr == '\0')
+        ATF_SKIP("no RDMA device here: PVFS_TEST_IB_ADDR is unset (the VM rig sets it, "
+                 "vm/ib_test)");
+    g_listen = std::string("ib://") + addr + ":0";
+}
 
 void require(bool ok, const std::string &what)
 {
@@ -89,7 +104,7 @@ struct Server {
     bmi::Bmi bmi{[] {
         bmi::Options o;
         o.role = bmi::Role::server;
-        o.listen = {"tcp://127.0.0.1:0"};
+        o.listen = {g_listen};
         return o;
     }()};
     bmi::ContextId ctx = bmi.open_context();
@@ -333,8 +348,8 @@ bool wait_closed(Server &s, int fd, std::chrono::milliseconds within,
 // A client with the wrong bytes for a key the server knows, and one with a
 // key the server does not know at all: both refused with EACCES, nothing
 // delivered, no peer left on the server.
-ATF_TEST_CASE_WITHOUT_HEAD(forged_hello);
-ATF_TEST_CASE_BODY(forged_hello)
+namespace {
+void forged_hello_body()
 {
     Server s;
     s.table.add(make_key("alice", 1));
@@ -364,6 +379,19 @@ ATF_TEST_CASE_BODY(forged_hello)
     ATF_REQUIRE(ok.arrived);
     const std::optional<bmi::Identity> id = s.bmi.peer_identity(ok.arrived->peer());
     ATF_REQUIRE(id && id->name == "alice");
+}
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(forged_hello);
+ATF_TEST_CASE_BODY(forged_hello)
+{
+    forged_hello_body();
+}
+ATF_TEST_CASE_WITHOUT_HEAD(forged_hello_ib);
+ATF_TEST_CASE_BODY(forged_hello_ib)
+{
+    use_ib();
+    forged_hello_body();
 }
 
 // The takeover of issue 25: a live victim; attackers connect claiming the
@@ -537,8 +565,8 @@ ATF_TEST_CASE_BODY(takeover)
 // A legitimate holder of another key claiming the victim's URL is its own
 // peer: its frames on the victim's tags reach no receive of the victim's.
 // Two keys in one client process have two connections, two peers.
-ATF_TEST_CASE_WITHOUT_HEAD(other_key_other_peer);
-ATF_TEST_CASE_BODY(other_key_other_peer)
+namespace {
+void other_key_other_peer_body()
 {
     Server s;
     const proto::Key alice = make_key("alice", 1);
@@ -579,12 +607,25 @@ ATF_TEST_CASE_BODY(other_key_other_peer)
     ATF_REQUIRE_EQ(c.error, 0);
     ATF_REQUIRE_EQ(std::string(reinterpret_cast<const char *>(buf.data()), c.actual_size), good);
 }
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(other_key_other_peer);
+ATF_TEST_CASE_BODY(other_key_other_peer)
+{
+    other_key_other_peer_body();
+}
+ATF_TEST_CASE_WITHOUT_HEAD(other_key_other_peer_ib);
+ATF_TEST_CASE_BODY(other_key_other_peer_ib)
+{
+    use_ib();
+    other_key_other_peer_body();
+}
 
 // Revocation: drop_identity ends the key's live connections (its ops fail
 // at once) and a new connection is refused; a key revoked between the
 // challenge and the proof is refused at the proof.
-ATF_TEST_CASE_WITHOUT_HEAD(revocation);
-ATF_TEST_CASE_BODY(revocation)
+namespace {
+void revocation_body()
 {
     Server s;
     const proto::Key alice = make_key("alice", 1);
@@ -626,10 +667,23 @@ ATF_TEST_CASE_BODY(revocation)
     ATF_REQUIRE(!refused.arrived);
     ATF_REQUIRE(s.table.revoked[*carol.id()]);
 }
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(revocation);
+ATF_TEST_CASE_BODY(revocation)
+{
+    revocation_body();
+}
+ATF_TEST_CASE_WITHOUT_HEAD(revocation_ib);
+ATF_TEST_CASE_BODY(revocation_ib)
+{
+    use_ib();
+    revocation_body();
+}
 
 // Only one side has an authenticator: a clear refusal either way, soon.
-ATF_TEST_CASE_WITHOUT_HEAD(one_side_only);
-ATF_TEST_CASE_BODY(one_side_only)
+namespace {
+void one_side_only_body()
 {
     {
         Server s;
@@ -657,6 +711,19 @@ ATF_TEST_CASE_BODY(one_side_only)
         ATF_REQUIRE(!r.arrived);
         ATF_REQUIRE(Clock::now() - t0 < 3s);
     }
+}
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(one_side_only);
+ATF_TEST_CASE_BODY(one_side_only)
+{
+    one_side_only_body();
+}
+ATF_TEST_CASE_WITHOUT_HEAD(one_side_only_ib);
+ATF_TEST_CASE_BODY(one_side_only_ib)
+{
+    use_ib();
+    one_side_only_body();
 }
 
 // Garbage and truncated handshakes: no crash, no hang; each connection is
@@ -750,9 +817,13 @@ ATF_TEST_CASE_BODY(garbage)
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, forged_hello);
+    ATF_ADD_TEST_CASE(tcs, forged_hello_ib);
     ATF_ADD_TEST_CASE(tcs, takeover);
     ATF_ADD_TEST_CASE(tcs, other_key_other_peer);
+    ATF_ADD_TEST_CASE(tcs, other_key_other_peer_ib);
     ATF_ADD_TEST_CASE(tcs, revocation);
+    ATF_ADD_TEST_CASE(tcs, revocation_ib);
     ATF_ADD_TEST_CASE(tcs, one_side_only);
+    ATF_ADD_TEST_CASE(tcs, one_side_only_ib);
     ATF_ADD_TEST_CASE(tcs, garbage);
 }
