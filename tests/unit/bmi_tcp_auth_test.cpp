@@ -10,9 +10,11 @@
 
 #include "bmi/bmi.hpp"
 #include "frame.hpp"
+#include "ib_raw_peer.hpp"
 #include "pvfs/auth.hpp"
 #include "pvfs/proto.hpp"
 #include "pvfs/unique_fd.hpp"
+#include "wire.hpp"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -41,6 +43,7 @@ using pvfs::UniqueFd;
 namespace tcp = bmi::tcp;
 namespace proto = pvfs::proto;
 namespace auth = pvfs::auth;
+namespace test = pvfs::test;
 
 namespace {
 
@@ -814,6 +817,141 @@ ATF_TEST_CASE_BODY(garbage)
     ATF_REQUIRE(ok.arrived);
 }
 
+namespace {
+
+std::vector<std::byte> ib_message(bmi::ib::Msg type, std::int32_t tag, std::uint64_t cookie,
+                                  std::span<const std::byte> payload)
+{
+    bmi::ib::Header h;
+    h.type = type;
+    h.tag = tag;
+    h.size = payload.size();
+    h.cookie = cookie;
+    std::vector<std::byte> out(bmi::ib::header_size + payload.size());
+    bmi::ib::encode(h,
+                    std::span<std::byte, bmi::ib::header_size>(out.data(), bmi::ib::header_size));
+    std::copy(payload.begin(), payload.end(),
+              out.begin() + static_cast<std::ptrdiff_t>(bmi::ib::header_size));
+    return out;
+}
+
+std::vector<std::byte> ib_transport_hello(const std::string &url)
+{
+    const bmi::ib::HelloBody body{7, url};
+    std::vector<std::byte> out(bmi::ib::hello_size(body));
+    bmi::ib::encode_hello(body, out);
+    return out;
+}
+
+} // namespace
+
+// Garbage and takeover over verbs: raw rdma_cm connections (their own
+// queue pairs, ib_raw_peer.hpp) send random bytes, a message before any
+// hello, a plain hello, flagged hellos of garbage and of a real key id
+// that never prove (or prove with a forged MAC), each followed by a
+// message on the tag the server receives a live victim's next message on,
+// and one sends nothing.  Each is disconnected (at once, after a refusal,
+// or by the handshake deadline); none of their messages matches the
+// victim's receive, which then gets the victim's bytes exactly.
+ATF_TEST_CASE_WITHOUT_HEAD(garbage_ib);
+ATF_TEST_CASE_BODY(garbage_ib)
+{
+    use_ib();
+    namespace ib = bmi::ib;
+    Server s;
+    const proto::Key alice = make_key("alice", 1);
+    s.table.add(alice);
+    Client victim;
+    const bmi::Addr to = victim.lookup(s.url, alice);
+    Sent first = send_unexpected(s, victim, to, "request", 1);
+    ATF_REQUIRE(first.error == 0 && first.arrived);
+    const bmi::Addr v = first.arrived->peer();
+    const std::string label = s.bmi.rev_lookup(v);
+    std::array<std::byte, 64> got{};
+    const bmi::Post r = s.bmi.post_recv(v, got.data(), got.size(), 100, nullptr, s.ctx);
+    ATF_REQUIRE(r.ok() && !r.completed);
+
+    const std::string host = g_listen.substr(5, g_listen.rfind(':') - 5);
+    const auto port = static_cast<std::uint16_t>(std::stoi(s.url.substr(s.url.rfind(':') + 1)));
+    const auto run = [&] {
+        s.poll_unexpected();
+        std::array<bmi::Completion, 8> done{};
+        s.bmi.testcontext(s.ctx, done, 0);
+        std::vector<bmi::UnexpectedMessage> none;
+        victim.bmi.testunexpected(none, 0, 0);
+    };
+    const std::string evil_text = "attacker's bytes";
+    const auto evil = ib_message(ib::Msg::eager, 100, 0, std::as_bytes(std::span(evil_text)));
+    std::mt19937 rng(11);
+    std::vector<std::byte> random(100);
+    for (auto &b : random)
+        b = static_cast<std::byte>(rng());
+    const auto plain_hello = ib_message(ib::Msg::hello, 0, 0, ib_transport_hello(label));
+    std::vector<std::byte> garbage_auth = ib_transport_hello(label);
+    garbage_auth.resize(garbage_auth.size() + auth::hello_size, std::byte{0x42});
+    const auto flagged_garbage = ib_message(ib::Msg::hello, 0, ib::hello_flag_auth, garbage_auth);
+    auth::ClientHello ch;
+    ch.key_id = alice.id();
+    ch.nonce.fill(std::byte{5});
+    std::vector<std::byte> good_auth = ib_transport_hello(label);
+    const std::vector<std::byte> chb = auth::encode(ch);
+    good_auth.insert(good_auth.end(), chb.begin(), chb.end());
+    const auto flagged_good = ib_message(ib::Msg::hello, 0, ib::hello_flag_auth, good_auth);
+    auth::Proof forged;
+    for (auto &b : forged.mac)
+        b = static_cast<std::byte>(rng());
+    const auto forged_proof = ib_message(ib::Msg::auth, 0, 0, auth::encode(forged));
+
+    struct Attack {
+        const char *what;
+        std::vector<std::vector<std::byte>> sends;
+        bool refused; // an AUTH refusal is expected before the disconnect
+    };
+    const std::vector<Attack> attacks{
+        {"random bytes", {random}, false},
+        {"a message before any hello", {evil}, false},
+        {"a plain hello, then a message", {plain_hello, evil}, true},
+        {"a flagged hello of garbage, then a message", {flagged_garbage, evil}, true},
+        {"alice's id, no proof, a message", {flagged_good, evil}, false},
+        {"alice's id, a forged proof, a message", {flagged_good, forged_proof, evil}, true},
+        {"nothing at all", {}, false},
+    };
+    for (const Attack &a : attacks) {
+        test::IbRawPeer peer(host, port, run);
+        require(peer.connected(), std::string(a.what) + ": the raw peer did not connect");
+        for (const auto &m : a.sends)
+            require(peer.send(m), std::string(a.what) + ": send not posted");
+        const auto t0 = Clock::now();
+        require(peer.wait_disconnected(5s), std::string(a.what) + ": not disconnected");
+        std::printf(
+            "%s: disconnected after %lld ms, %zu messages from the server\n", a.what,
+            static_cast<long long>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()),
+            peer.received().size());
+        if (a.refused) {
+            bool refusal = false;
+            for (const auto &m : peer.received()) {
+                ib::Header h;
+                if (ib::decode(m, h) == nullptr && h.type == ib::Msg::auth && h.cookie == EACCES)
+                    refusal = true;
+            }
+            require(refusal, std::string(a.what) + ": no AUTH refusal before the disconnect");
+        }
+        bmi::Completion c;
+        require(!s.bmi.test(r.op, c, 0),
+                std::string(a.what) + ": an attacker's message matched the victim's receive");
+    }
+    ATF_REQUIRE(s.poll_unexpected(5).empty());
+    const std::string mine = "the victim's bytes";
+    const bmi::Post vs =
+        victim.bmi.post_send(to, mine.data(), mine.size(), 100, nullptr, victim.ctx);
+    ATF_REQUIRE(vs.ok());
+    bmi::Completion c;
+    ATF_REQUIRE(run_until(s, {&victim.bmi}, 5s, [&] { return s.bmi.test(r.op, c, 0); }));
+    ATF_REQUIRE_EQ(c.error, 0);
+    ATF_REQUIRE_EQ(std::string(reinterpret_cast<const char *>(got.data()), c.actual_size), mine);
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, forged_hello);
@@ -826,4 +964,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, one_side_only);
     ATF_ADD_TEST_CASE(tcs, one_side_only_ib);
     ATF_ADD_TEST_CASE(tcs, garbage);
+    ATF_ADD_TEST_CASE(tcs, garbage_ib);
 }
