@@ -74,8 +74,7 @@ IbMethod::Verdict IbMethod::refuse(std::uint32_t c, int error, std::string_view 
     const std::string who = k.peer != no_addr
                                 ? core_.url_of(k.peer)
                                 : net::sockaddr_url("ib", rdma_get_peer_addr(k.id.get()));
-    gossip::warning(gossip::Mask::ib, "connection to {} {}: {}", who,
-                    handshake::refusal_text(error), why);
+    log_refusal(fmt::format("connection to {} {}: {}", who, handshake::refusal_text(error), why));
     // The refusal goes first, so the peer's ops fail with EACCES rather
     // than a reset; the connection closes when its send completes.
     k.refusing = true;
@@ -163,9 +162,8 @@ IbMethod::Verdict IbMethod::on_auth(std::uint32_t c, const Header &h,
     Conn &k = *conns_[c];
     if (h.cookie != 0) {
         const std::string who = k.peer != no_addr ? core_.url_of(k.peer) : "an unidentified peer";
-        gossip::warning(gossip::Mask::ib,
-                        "connection to {} refused by the peer's authentication (status {})", who,
-                        h.cookie);
+        log_refusal(fmt::format("connection to {} refused by the peer's authentication (status {})",
+                                who, h.cookie));
         close_conn(c, -EACCES, "refused by the peer's authentication");
         return Verdict::closed;
     }
@@ -214,6 +212,22 @@ IbMethod::Verdict IbMethod::established(std::uint32_t c, const HelloBody &body)
     if (k.state == ConnState::up)
         on_up(c);
     return Verdict::consumed;
+}
+
+void IbMethod::log_refusal(const std::string &text)
+{
+    const auto now = Clock::now();
+    if (refusal_logged_ != Clock::time_point{} && now - refusal_logged_ < std::chrono::minutes(1)) {
+        ++refusals_unlogged_;
+        return;
+    }
+    if (refusals_unlogged_ == 0)
+        gossip::warning(gossip::Mask::ib, "{}", text);
+    else
+        gossip::warning(gossip::Mask::ib, "{} ({} more refused in the last minute)", text,
+                        refusals_unlogged_);
+    refusal_logged_ = now;
+    refusals_unlogged_ = 0;
 }
 
 void IbMethod::check_handshakes(Clock::time_point now)

@@ -582,6 +582,11 @@ private:
     // refusing ones whose refusal did not go within a second.
     void check_handshakes(Clock::time_point now);
     Clock::time_point next_handshake_check_{};
+    // Handshake refusals are logged at most once a minute, with how many
+    // were not (anyone who reaches the port can cause one).
+    Clock::time_point refusal_logged_{};
+    std::uint64_t refusals_unlogged_ = 0;
+    void log_refusal(const std::string &text);
     void match_rts(std::uint32_t i, std::uint32_t c, std::uint64_t cookie, std::uint64_t size,
                    std::vector<Segment> segs);
     void on_cancel(std::uint32_t c, Peer &p, std::uint64_t cookie);
