@@ -73,6 +73,15 @@ bool KeyTable::load(std::string &error, std::string &summary)
     std::size_t removed = 0;
     for (const auto &old : clients_)
         removed += next.contains(old.first) ? 0 : 1;
+    // Whose connections must end: keys that were good and are revoked,
+    // gone or replaced by other bytes now.
+    for (const auto &[id, old] : clients_) {
+        if (old->revoked)
+            continue;
+        const auto now = next.find(id);
+        if (now == next.end() || now->second->revoked || !now->second->key.same_bytes(old->key))
+            shut_out_.emplace_back(old->name());
+    }
     summary = fmt::format("{}: {} client keys ({} revoked); {} new, {} gone", path_, next.size(),
                           revoked, added, removed);
     for (std::size_t i = 0; i < newly_revoked.size(); ++i) {
@@ -80,6 +89,11 @@ bool KeyTable::load(std::string &error, std::string &summary)
     }
     clients_ = std::move(next);
     return true;
+}
+
+std::vector<std::string> KeyTable::take_shut_out()
+{
+    return std::exchange(shut_out_, {});
 }
 
 bool KeyTable::watch(std::string &error)

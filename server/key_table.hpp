@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "pvfs/client_keys.hpp"
 #include "pvfs/proto.hpp"
@@ -57,6 +58,9 @@ public:
     // and `error` says why ("FILE:LINE: why").  `summary` describes the new
     // table for the log (counts, names newly revoked or added).
     bool load(std::string &error, std::string &summary);
+    // The names of the keys that the loads since the last call revoked,
+    // removed or replaced (their connections are to be dropped).
+    [[nodiscard]] std::vector<std::string> take_shut_out();
     // Starts watching the file's directory; false and `error` set if
     // inotify refuses.
     bool watch(std::string &error);
@@ -77,6 +81,7 @@ private:
     std::unordered_map<std::uint32_t, std::shared_ptr<const Client>> clients_;
     UniqueFd inotify_;
     bool rewatch_ = false; // the directory's watch went (IN_IGNORED)
+    std::vector<std::string> shut_out_;
 };
 
 } // namespace pvfs::server

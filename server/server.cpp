@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "pvfs/auth.hpp"
 #include "pvfs/gossip.hpp"
 #include "pvfs/perm.hpp"
 
@@ -153,6 +154,18 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         }
     }
     bmi::Bmi &b = *server->bmi_;
+    // Every connection proves a key of the table before it is served
+    // (docs/security.md "Connections"); looked up at the challenge and
+    // again at the proof, so a key revoked meanwhile is refused.
+    b.set_authenticator(std::make_shared<auth::Authenticator>(
+        [srv = server.get()](std::optional<std::uint32_t> id) -> std::shared_ptr<const proto::Key> {
+            std::shared_ptr<const Client> c = id ? srv->keys_.find(*id) : srv->keys_.cluster();
+            if (!c || c->revoked) {
+                srv->log_handshake_refusal(id, c.get());
+                return nullptr;
+            }
+            return {c, &c->key}; // keeps the client's entry alive
+        }));
     const config::Defaults &d = server->cluster_.defaults;
     // In this order: each budget is checked against the per-peer one.
     struct Setting {
@@ -384,6 +397,19 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
             return;
         }
     }
+    // The envelope's key must be the one the connection proved: a key
+    // holder must not send under another key on its connection (it could
+    // not MAC it anyway; this names it in the log).
+    if (const std::optional<bmi::Identity> proved = bmi_->peer_identity(message.peer());
+        proved && proved->name != client->name()) {
+        log_refusal(mismatch_refusals_, message.peer(),
+                    fmt::format("dropped a request from {}: its envelope names key {}, its "
+                                "connection proved key {}",
+                                bmi_->rev_lookup(message.peer()), client->name(), proved->name));
+        if (metrics_)
+            metrics_->dropped(Dropped::unknown_key);
+        return;
+    }
     const proto::DecodeResult decoded = proto::decode(message.data(), client->key, request_);
     if (!decoded) {
         gossip::warning(Mask::server, "dropped a request from {} (key {}): {}",
@@ -520,6 +546,23 @@ void Server::log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &tex
     }
 }
 
+void Server::log_handshake_refusal(std::optional<std::uint32_t> id, const Client *client)
+{
+    const auto now = std::chrono::steady_clock::now();
+    if (handshake_refusals_.size() > 4096)
+        handshake_refusals_.clear();
+    auto &last = handshake_refusals_[id.value_or(0)];
+    if (last != std::chrono::steady_clock::time_point{} && now - last < std::chrono::minutes(1))
+        return;
+    last = now;
+    if (client != nullptr)
+        gossip::warning(Mask::server, "connection refused: client key {} is revoked",
+                        client->name());
+    else
+        gossip::warning(Mask::server, "connection refused: unknown client key id {:08x}",
+                        id.value_or(0));
+}
+
 void Server::reload_keys(const char *why)
 {
     if (!keys_.has_client_keys())
@@ -539,6 +582,13 @@ void Server::reload_keys(const char *why)
     }
     keys_stale_ = false;
     gossip::warning(Mask::server, "client keys reloaded ({}): {}", why, summary);
+    // Revoked, removed or replaced keys lose their connections now: their
+    // ops fail, and reconnecting needs a key the table accepts.
+    for (const std::string &name : keys_.take_shut_out()) {
+        if (const std::size_t n = bmi_->drop_identity(name); n > 0)
+            gossip::warning(Mask::server, "dropped the connections of {} peer(s) of key {}", n,
+                            name);
+    }
 }
 
 proto::StatusResponse Server::status() const

@@ -122,9 +122,14 @@ private:
     std::chrono::steady_clock::time_point started_;
     std::chrono::steady_clock::time_point keys_checked_{};
 
-    proto::Request request_;  // decoded into again and again (its buffers reused)
-    RefusalLog refusals_;     // misdirected or unbound
-    RefusalLog key_refusals_; // unknown, revoked or servers-only keys
+    proto::Request request_;       // decoded into again and again (its buffers reused)
+    RefusalLog refusals_;          // misdirected or unbound
+    RefusalLog key_refusals_;      // unknown, revoked or servers-only keys
+    RefusalLog mismatch_refusals_; // envelope key not the connection's proved key
+    // Handshake refusals by key (the authenticator's lookup), at most one
+    // line a minute per key id.
+    std::unordered_map<std::uint32_t, std::chrono::steady_clock::time_point> handshake_refusals_;
+    void log_handshake_refusal(std::optional<std::uint32_t> id, const Client *client);
     std::unordered_map<Reply *, std::unique_ptr<Reply>> replies_in_flight_;
     std::vector<std::unique_ptr<Reply>> free_replies_;
     // Last: its gauges read the members above, and it goes first.

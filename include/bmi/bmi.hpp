@@ -26,9 +26,11 @@
 #ifndef PVFS_BMI_BMI_HPP
 #define PVFS_BMI_BMI_HPP
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -227,6 +229,74 @@ private:
     std::shared_ptr<void> keep_;
 };
 
+// ---- authenticated connections (docs/bmi.md "Authentication") -----------
+//
+// BMI knows no keys: the user installs an Authenticator (set_authenticator)
+// and every connection runs its handshake before anything else crosses it.
+// The client side sends a hello, the server answers with a challenge (or a
+// refusal), the client answers with a proof and the server verifies it.
+// The methods hand the authenticator their own transport hellos (limits,
+// incarnation, URL) so that the transcript it authenticates covers them.
+// Until the server has verified the proof, any other frame closes the
+// connection and nothing from it is buffered or matched; an accepted
+// connection's peer is then its Identity, never the URL it claims (that is
+// only a label for rev_lookup and logs).  A refusal fails the connection's
+// ops with -EACCES.
+
+// Who a connection proved to be.
+struct Identity {
+    std::string name;              // the key's name, as the authenticator gives it
+    std::uint64_t incarnation = 0; // the peer's BMI incarnation (filled in by BMI)
+    std::array<std::byte, 32> session_key{};
+};
+
+// An authenticator's state for one connection between two steps.
+class Handshake {
+public:
+    Handshake() = default;
+    virtual ~Handshake() = default;
+    Handshake(const Handshake &) = delete;
+    Handshake &operator=(const Handshake &) = delete;
+    Handshake(Handshake &&) = delete;
+    Handshake &operator=(Handshake &&) = delete;
+};
+
+// Each call returns 0, or a negative errno that refuses the connection
+// (-EACCES normally).  Called from the thread running test*; an exception
+// counts as a refusal.  Bytes in and out are at most max_auth_bytes.
+class Authenticator {
+public:
+    static constexpr std::size_t max_auth_bytes = 512;
+
+    Authenticator() = default;
+    virtual ~Authenticator() = default;
+    Authenticator(const Authenticator &) = delete;
+    Authenticator &operator=(const Authenticator &) = delete;
+    Authenticator(Authenticator &&) = delete;
+    Authenticator &operator=(Authenticator &&) = delete;
+
+    // Client: a connection to a peer looked up with `credential` (see
+    // addr_lookup).  `transport_hello` is this side's transport hello.
+    virtual int client_hello(std::string_view credential,
+                             std::span<const std::byte> transport_hello,
+                             std::unique_ptr<Handshake> &state, std::vector<std::byte> &hello) = 0;
+    // Client: the server's transport hello and challenge; fills the proof
+    // and who the session is (its name and session key).
+    virtual int client_proof(Handshake &state, std::span<const std::byte> server_transport_hello,
+                             std::span<const std::byte> challenge, std::vector<std::byte> &proof,
+                             Identity &identity) = 0;
+    // Server: the client's transport hello and hello, and this side's
+    // transport hello (sent with the challenge).
+    virtual int server_challenge(std::span<const std::byte> client_transport_hello,
+                                 std::span<const std::byte> client_hello,
+                                 std::span<const std::byte> transport_hello,
+                                 std::unique_ptr<Handshake> &state,
+                                 std::vector<std::byte> &challenge) = 0;
+    // Server: the client's proof; fills the identity it proved.
+    virtual int server_verify(Handshake &state, std::span<const std::byte> proof,
+                              Identity &identity) = 0;
+};
+
 class Core;
 
 class Bmi {
@@ -250,6 +320,11 @@ public:
     // Resolves "tcp://host:port" (no network traffic: connections are made
     // on first use).  Returns no_addr and sets *error on a bad address.
     Addr addr_lookup(std::string_view url, int *error = nullptr);
+    // The same, for connections authenticated under `credential` (handed
+    // to Authenticator::client_hello): each credential has its own Addr and
+    // its own connections to the same URL, so that two keys used in one
+    // process never share a connection.  "" is addr_lookup(url).
+    Addr addr_lookup(std::string_view url, std::string_view credential, int *error);
     // The address string of a peer ("tcp://h:p"), or "" if unknown.
     [[nodiscard]] std::string rev_lookup(Addr addr) const;
 
@@ -337,6 +412,18 @@ public:
 
     int set_info(Info key, std::uint64_t value);
     [[nodiscard]] std::uint64_t get_info(Info key) const;
+
+    // Installs the authenticator every new connection uses (nullptr: none,
+    // connections are not authenticated and a peer is the URL it claims).
+    // Set it before the first connection; connections open keep their
+    // state.  The ib method uses it too (docs/bmi.md).
+    void set_authenticator(std::shared_ptr<Authenticator> authenticator);
+    // Who addr proved to be on its latest authenticated connection;
+    // nullopt when none (no authenticator, or not yet).
+    [[nodiscard]] std::optional<Identity> peer_identity(Addr addr) const;
+    // Closes every connection of the peers that proved `name` (a revoked
+    // key); their ops fail with -EACCES.  Returns how many peers.
+    std::size_t drop_identity(std::string_view name);
 
 private:
     std::unique_ptr<Core> core_;

@@ -845,6 +845,16 @@ public:
     [[nodiscard]] bool verify(std::span<const std::byte> message,
                               std::span<const std::byte, mac_size> tag) const noexcept;
 
+    // Keyed BLAKE2b-256 under this key of the concatenated `parts` (the
+    // connection handshake's MACs, docs/security.md "Connections").
+    void keyed_hash(std::span<const std::span<const std::byte>> parts,
+                    std::span<std::byte, 32> out) const noexcept;
+    // Another Key with the same bytes, name and id (an authenticator's own
+    // copy, so that it outlives the client that handed it the key).
+    [[nodiscard]] Key clone() const;
+    // Whether other holds the same bytes (constant time).
+    [[nodiscard]] bool same_bytes(const Key &other) const noexcept;
+
     // A client key's name (empty for the cluster key) and id.
     [[nodiscard]] const std::string &name() const noexcept { return name_; }
     [[nodiscard]] std::optional<std::uint32_t> id() const noexcept { return id_; }

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "pvfs/auth.hpp"
 #include "pvfs/gossip.hpp"
 
 namespace pvfs::client {
@@ -85,6 +86,10 @@ std::shared_ptr<Loop> Loop::create(std::string &error)
         bmi::Options bo;
         bo.role = bmi::Role::client;
         impl->bmi = std::make_unique<bmi::Bmi>(bo);
+        // Every connection proves the key of the client that makes it
+        // (docs/security.md "Connections").
+        impl->auth = std::make_shared<auth::Authenticator>();
+        impl->bmi->set_authenticator(impl->auth);
     } catch (const std::exception &e) {
         error = std::string("cannot start BMI: ") + e.what();
         return nullptr;
@@ -161,17 +166,21 @@ void Loop::register_memory(std::span<std::byte> memory)
 
 // ---- the engine ------------------------------------------------------------
 
-bmi::Addr Loop::Impl::addr_of(const std::string &url, int &error)
+bmi::Addr Loop::Impl::addr_of(const std::string &url, const proto::Key &key, int &error)
 {
-    if (const auto it = addrs.find(url); it != addrs.end())
+    // Per key: two clients of one loop with different keys (pvfsd, a mount
+    // each) never share a connection, so each connection is one key's.
+    const std::string credential = auth->add_client_key(key);
+    const std::string name = url + '\x1f' + credential;
+    if (const auto it = addrs.find(name); it != addrs.end())
         return it->second;
     int rc = 0;
-    const bmi::Addr a = bmi->addr_lookup(url, &rc);
+    const bmi::Addr a = bmi->addr_lookup(url, credential, &rc);
     if (a == bmi::no_addr) {
         error = rc != 0 ? rc : -EHOSTUNREACH;
         return bmi::no_addr;
     }
-    addrs.emplace(url, a);
+    addrs.emplace(name, a);
     return a;
 }
 
@@ -219,7 +228,7 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
     r.tag = take_tag();
     r.started = Clock::now();
     int error = 0;
-    const bmi::Addr to = addr_of(*r.url, error);
+    const bmi::Addr to = addr_of(*r.url, *r.key, error);
     if (to == bmi::no_addr) {
         r.error = error;
         return;
@@ -556,7 +565,8 @@ void Loop::Impl::abandon(Batch &b)
         if (r->rdma && !r->response_arrived) {
             // Nothing but the end of the connection stops the server's
             // RDMA into memory that is about to be reused.
-            if (const auto it = addrs.find(*r->url); it != addrs.end()) {
+            if (const auto it = addrs.find(*r->url + '\x1f' + auth->add_client_key(*r->key));
+                it != addrs.end()) {
                 gossip::warning(Mask::client,
                                 "no response from {} in time; closing the "
                                 "connection its RDMA uses",

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bmi/bmi.hpp"
+#include "pvfs/auth.hpp"
 #include "pvfs/client.hpp"
 #include "pvfs/proto.hpp"
 
@@ -131,13 +132,14 @@ struct Batch {
 struct Loop::Impl {
     using Clock = detail::Clock;
     std::unique_ptr<bmi::Bmi> bmi;
+    std::shared_ptr<auth::Authenticator> auth; // installed in bmi: the clients' keys
     bmi::ContextId ctx = 0;
     detail::Context current; // of the task running now
     std::uint64_t session = 0;
     std::uint64_t seq = 0;
     std::uint64_t request_id = 0;
     bmi::Tag next_tag = 1;
-    std::unordered_map<std::string, bmi::Addr> addrs; // looked up on first use
+    std::unordered_map<std::string, bmi::Addr> addrs; // by url and credential, on first use
     std::unordered_set<detail::Batch *> active;
     std::unordered_map<bmi::OpId, detail::Rpc *> ops; // posted, not yet reaped
     std::vector<detail::Batch *> ended;               // to resume at the end of poll()
@@ -176,7 +178,7 @@ struct Loop::Impl {
     }
 
 private:
-    bmi::Addr addr_of(const std::string &url, int &error);
+    bmi::Addr addr_of(const std::string &url, const proto::Key &key, int &error);
     bmi::Tag take_tag();
     void track(detail::Rpc &r, const bmi::Post &p, bool is_response);
     void start(detail::Rpc &r, const detail::Context &context);

@@ -228,6 +228,32 @@ std::uint32_t key_id(std::string_view name) noexcept
            std::uint32_t{digest[2]} << 16U | std::uint32_t{digest[3]} << 24U;
 }
 
+void Key::keyed_hash(std::span<const std::span<const std::byte>> parts,
+                     std::span<std::byte, 32> out) const noexcept
+{
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, bytes_.data(), bytes_.size(), out.size());
+    for (const std::span<const std::byte> part : parts)
+        crypto_generichash_update(&st, reinterpret_cast<const unsigned char *>(part.data()),
+                                  part.size());
+    crypto_generichash_final(&st, reinterpret_cast<unsigned char *>(out.data()), out.size());
+    sodium_memzero(&st, sizeof st);
+}
+
+Key Key::clone() const
+{
+    Key copy;
+    copy.bytes_ = bytes_;
+    copy.name_ = name_;
+    copy.id_ = id_;
+    return copy;
+}
+
+bool Key::same_bytes(const Key &other) const noexcept
+{
+    return sodium_memcmp(bytes_.data(), other.bytes_.data(), bytes_.size()) == 0;
+}
+
 void Key::set_name(std::string name)
 {
     id_ = key_id(name);

@@ -361,9 +361,15 @@ Addr Core::new_addr(const std::string &url, Method *method)
         e.method = method;
         e.live = true;
         e.pinned = false;
+        e.label.clear();
+        e.credential.clear();
+        e.identity.reset();
         addr = (static_cast<Addr>(e.generation) << 32U) | slot;
     } else {
-        addrs_.push_back(AddrEntry{url, method});
+        AddrEntry e;
+        e.url = url;
+        e.method = method;
+        addrs_.push_back(std::move(e));
         addr = addrs_.size();
     }
     addr_by_url_.emplace(url, addr);
@@ -392,6 +398,8 @@ void Core::forget_peer(Addr addr)
     addr_by_url_.erase(e->url);
     unexpected_pool->forget(addr);
     std::string().swap(e->url);
+    std::string().swap(e->label);
+    e->identity.reset(); // its session key with it
     e->live = false;
     // The method pointer stays: ops still done may name it.
     if (e->generation >= last_addr_generation) {
@@ -406,7 +414,9 @@ const std::string &Core::url_of(Addr addr) const
 {
     static const std::string none;
     const AddrEntry *e = entry(addr);
-    return e == nullptr ? none : e->url;
+    if (e == nullptr)
+        return none;
+    return e->label.empty() ? e->url : e->label;
 }
 
 ContextId Core::open_context()
@@ -435,7 +445,7 @@ void Core::close_context(ContextId ctx)
     contexts_[ctx].open = false;
 }
 
-Addr Core::lookup(std::string_view url, int *error)
+Addr Core::lookup(std::string_view url, int *error, std::string_view credential)
 {
     const auto fail = [error](int err) {
         if (error != nullptr)
@@ -444,7 +454,10 @@ Addr Core::lookup(std::string_view url, int *error)
     };
     if (error != nullptr)
         *error = 0;
-    const std::string key(url);
+    // A credential's peers are its own (a unit separator cannot be in a URL).
+    std::string key(url);
+    if (!credential.empty())
+        key.append("\x1f").append(credential);
     auto it = addr_by_url_.find(key);
     if (it != addr_by_url_.end()) {
         entry(it->second)->pinned = true; // the user holds it now
@@ -459,6 +472,10 @@ Addr Core::lookup(std::string_view url, int *error)
             continue;
         const Addr addr = new_addr(key, m.get());
         entry(addr)->pinned = true;
+        if (!credential.empty()) {
+            entry(addr)->label = std::string(url);
+            entry(addr)->credential = std::string(credential);
+        }
         if (const int rc = m->add_peer(addr, url.substr(sep + 3)); rc != 0) {
             entry(addr)->pinned = false;
             forget_peer(addr);
@@ -1059,6 +1076,11 @@ void Bmi::close_context(ContextId ctx)
 Addr Bmi::addr_lookup(std::string_view url, int *error)
 {
     return core_->lookup(url, error);
+}
+
+Addr Bmi::addr_lookup(std::string_view url, std::string_view credential, int *error)
+{
+    return core_->lookup(url, error, credential);
 }
 
 std::string Bmi::rev_lookup(Addr addr) const

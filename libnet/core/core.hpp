@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -293,8 +294,20 @@ public:
     // Finishes an op: it becomes visible to test*.
     void complete(std::uint32_t i, int error, std::size_t actual);
     void deliver_unexpected(UnexpectedMessage msg);
-    // The Addr for an incoming peer's URL, made if new.
+    // The Addr for an incoming peer's URL, made if new (no authenticator).
     Addr peer_for_url(Method &method, const std::string &url);
+    // --- authentication (handshake.cpp) ---
+    std::shared_ptr<Authenticator> authenticator;
+    // The Addr of an incoming peer that proved `id` (name and incarnation),
+    // made if new; `label` (the URL it claims, or its socket address) is
+    // what url_of says of it.  A peer is who it proved, never the label.
+    Addr peer_for_identity(Method &method, const Identity &id, const std::string &label);
+    // addr's latest authenticated connection proved `id`.
+    void set_identity(Addr addr, const Identity &id);
+    [[nodiscard]] std::optional<Identity> identity_of(Addr addr) const;
+    // The credential addr was looked up with ("" none).
+    [[nodiscard]] const std::string &credential_of(Addr addr) const;
+    std::size_t drop_identity(std::string_view name);
     [[nodiscard]] const std::string &url_of(Addr addr) const;
     // The user looked addr up by its URL: its method must keep it.
     [[nodiscard]] bool pinned(Addr addr) const;
@@ -318,7 +331,7 @@ public:
     std::vector<std::string> listen_urls;
     ContextId open_context();
     void close_context(ContextId ctx);
-    Addr lookup(std::string_view url, int *error);
+    Addr lookup(std::string_view url, int *error, std::string_view credential = {});
     Post post(OpKind kind, Addr peer, std::span<const MutableBuffer> bufs, Tag tag, void *user_ptr,
               ContextId ctx);
     Post post_rdma(OpKind kind, Addr peer, std::span<const std::byte> descriptor,
@@ -344,11 +357,14 @@ public:
 
 private:
     struct AddrEntry {
-        std::string url;
+        std::string url; // the key in addr_by_url_
         Method *method = nullptr;
         std::uint32_t generation = 0;
         bool live = true;
         bool pinned = false; // returned by lookup
+        std::string label;   // what url_of says when not url (credentials, identities)
+        std::string credential;
+        std::optional<Identity> identity;
     };
     // The entry of a live Addr, or nullptr.
     [[nodiscard]] AddrEntry *entry(Addr addr);

@@ -1,6 +1,8 @@
 // Helpers for tests with real pvfs-server processes (harness.hpp).
 #include "harness.hpp"
 
+#include "pvfs/auth.hpp"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
@@ -340,10 +342,15 @@ std::int64_t realtime_ns()
 } // namespace
 
 RawClient::RawClient(const std::string &server_url, const std::string &key_path)
-    : bmi_(client_options()), ctx_(bmi_.open_context()), server_(bmi_.addr_lookup(server_url)),
-      key_(load_key(key_path)), session_(std::random_device{}() | 1ULL << 40U),
-      response_buffer_(std::size_t{2} << 20U)
+    : bmi_(client_options()), ctx_(bmi_.open_context()), key_(load_key(key_path)),
+      session_(std::random_device{}() | 1ULL << 40U), response_buffer_(std::size_t{2} << 20U)
 {
+    // Its connection proves its key, as libpvfs's do (servers require it).
+    auto authenticator = std::make_shared<auth::Authenticator>();
+    const std::string credential = authenticator->add_client_key(key_);
+    bmi_.set_authenticator(std::move(authenticator));
+    int rc = 0;
+    server_ = bmi_.addr_lookup(server_url, credential, &rc);
     if (server_ == bmi::no_addr)
         throw std::runtime_error("cannot look up " + server_url);
 }
@@ -407,6 +414,7 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
                                         tag, nullptr, ctx_);
     if (!rp.ok()) {
         result.error = "post_recv: " + errno_string(-rp.error);
+        result.transport_error = rp.error;
         return result;
     }
     if (rp.completed) {
@@ -419,6 +427,7 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
         bmi_.post_sendunexpected(server_, bytes.data(), bytes.size(), tag, nullptr, ctx_);
     if (!sp.ok()) {
         result.error = "post_sendunexpected: " + errno_string(-sp.error);
+        result.transport_error = sp.error;
         if (response_op != bmi::no_op)
             bmi_.cancel(response_op);
         return result;
@@ -449,6 +458,7 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
             response_op = bmi::no_op;
             if (c.error != 0) {
                 result.error = "response: " + errno_string(-c.error);
+                result.transport_error = c.error;
                 break;
             }
             response_size = c.actual_size;

@@ -152,7 +152,8 @@ std::vector<std::byte> pattern(std::size_t n, unsigned seed);
 struct Call {
     bool answered = false; // false: no response before the deadline
     proto::Response response;
-    std::string error; // transport or decoding trouble, for messages
+    std::string error;       // transport or decoding trouble, for messages
+    int transport_error = 0; // the negative errno of a failed post or response
 };
 
 // Speaks the protocol to one server directly.
@@ -197,8 +198,8 @@ private:
 
     bmi::Bmi bmi_;
     bmi::ContextId ctx_;
-    bmi::Addr server_;
     proto::Key key_;
+    bmi::Addr server_ = bmi::no_addr;
     std::uint64_t session_;
     std::uint64_t seq_ = 0;
     std::uint64_t request_id_ = 0;

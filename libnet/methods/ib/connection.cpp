@@ -40,6 +40,7 @@ std::uint32_t IbMethod::new_conn(CmId id)
     const std::uint32_t gen = ++conn_generation_;
     k = Conn{};
     k.gen = gen;
+    k.opened = Clock::now();
     k.id = std::move(id);
     k.id->context = reinterpret_cast<void *>( // NOLINT(performance-no-int-to-ptr): a key
         (static_cast<std::uintptr_t>(gen) << 32U) | c);
@@ -133,14 +134,9 @@ int IbMethod::create_qp(std::uint32_t c)
                 return -ENOMEM;
         }
     }
-    // The first frame either way introduces this side.
-    HelloBody body{incarnation_, my_url_};
-    Frame f;
-    f.h.type = Msg::hello;
-    f.payload.resize(hello_size(body));
-    encode_hello(body, f.payload);
-    k.ctl.push_front(std::move(f));
-    return 0;
+    // The first frame introduces this side (with an authenticator, the
+    // accepting side's waits for the client's: auth.cpp).
+    return start_handshake(c);
 }
 
 void IbMethod::close_conn(std::uint32_t c, int error, std::string_view why)

@@ -262,40 +262,6 @@ bool IbMethod::match_recv(Peer &p, Tag tag, std::uint32_t &out)
     return false;
 }
 
-IbMethod::Verdict IbMethod::on_hello(std::uint32_t c, std::span<const std::byte> payload)
-{
-    Conn &k = *conns_[c];
-    HelloBody body;
-    if (const char *err = decode_hello(payload, body)) {
-        close_conn(c, -EPROTO, err);
-        return Verdict::closed;
-    }
-    k.hello_seen = true;
-    if (k.peer == no_addr) {
-        std::string url = body.url;
-        if (url.empty()) {
-            url = net::sockaddr_url("ib", rdma_get_peer_addr(k.id.get()));
-        } else if (url.rfind("ib://", 0) != 0) {
-            close_conn(c, -EPROTO, "hello with a non-ib url");
-            return Verdict::closed;
-        }
-        const Addr a = core_.peer_for_url(*this, url);
-        Peer &np = peer_of(a);
-        if (np.hostport.empty() && !body.url.empty())
-            np.hostport = url.substr(5);
-        k.peer = a;
-        np.conns.push_back(c);
-        if (np.tx_conn == no_index)
-            np.tx_conn = c;
-    }
-    Peer &p = peer_of(k.peer);
-    p.incarnation = body.incarnation;
-    p.heard = Clock::now();
-    if (k.state == ConnState::up)
-        on_up(c);
-    return Verdict::consumed;
-}
-
 IbMethod::Verdict IbMethod::deliver(std::uint32_t c, std::uint32_t w)
 {
     Conn &k = *conns_[c];
@@ -304,20 +270,27 @@ IbMethod::Verdict IbMethod::deliver(std::uint32_t c, std::uint32_t w)
     Header h;
     decode(msg, h); // validated on arrival
     const std::span<const std::byte> payload = msg.subspan(header_size);
+    if (k.refusing)
+        return Verdict::consumed; // its refusal is on the way: nothing it sends counts
     if (h.type == Msg::hello) {
         if (k.hello_seen) {
             close_conn(c, -EPROTO, "second hello");
             return Verdict::closed;
         }
-        return on_hello(c, payload);
+        return on_hello(c, h, payload);
     }
-    if (!k.hello_seen || k.peer == no_addr) {
-        close_conn(c, -EPROTO, "message before hello");
+    if (h.type == Msg::auth)
+        return on_auth(c, h, payload);
+    // Nothing but the handshake before it is over (docs/bmi.md
+    // "Authentication"): an accepted connection has no peer until then.
+    if (!k.hello_seen || k.peer == no_addr || k.hs.authenticating()) {
+        close_conn(c, -EPROTO, "message before the handshake ended");
         return Verdict::closed;
     }
     Peer &p = peer_of(k.peer);
     switch (h.type) {
     case Msg::hello:
+    case Msg::auth:
         return Verdict::closed; // handled above
     case Msg::eager: {
         std::uint32_t i = no_index;

@@ -12,6 +12,7 @@
 #define PVFS_LIBNET_IB_METHOD_HPP
 
 #include "../../core/core.hpp"
+#include "../../core/handshake.hpp"
 #include "../../core/net.hpp"
 #include "pvfs/gossip.hpp"
 #include "pvfs/unique_fd.hpp"
@@ -372,6 +373,13 @@ struct Conn {
     std::deque<std::uint32_t> readq; // receive ops with READs left to post
     std::deque<std::uint32_t> held;  // received frames (WR slots) not consumed yet
     bool pending = false;            // in the method's pending list
+    // The handshake (auth.cpp): until it is over only the hello and AUTH
+    // messages pass, and an accepted connection has no peer.
+    handshake::Session hs;
+    HelloBody pending_remote;   // the peer's hello, until the proof is in
+    Clock::time_point opened;   // the handshake's deadline runs from here
+    bool refusing = false;      // a refusal is on its way: then closed
+    int refuse_error = -EACCES; // what its ops fail with
 };
 
 struct Early {
@@ -519,9 +527,18 @@ private:
     void on_connect_request(rdma_cm_id *id, std::span<const std::byte> pdata,
                             std::uint8_t initiator, std::uint8_t responder);
     void on_up(std::uint32_t c);
+    // Messages go once the peer's hello is in (with an authenticator:
+    // once the handshake is over, nothing goes before the proof).  A
+    // client without one waits for the server's hello too, so that a
+    // server that refuses it (it requires authentication) gets nothing
+    // from it but the hello, and its ops fail with the refusal.
     [[nodiscard]] static bool ready_to_send(const Conn &k)
     {
-        return k.state == ConnState::up && (k.outgoing || k.hello_seen);
+        if (k.state != ConnState::up || k.refusing)
+            return false;
+        if (k.hs.step() == handshake::Step::none)
+            return k.hello_seen;
+        return k.hs.step() == handshake::Step::done;
     }
 
     // work requests
@@ -552,7 +569,24 @@ private:
     // receiving
     enum class Verdict : std::uint8_t { consumed, hold, closed };
     Verdict deliver(std::uint32_t c, std::uint32_t w);
-    Verdict on_hello(std::uint32_t c, std::span<const std::byte> payload);
+    // auth.cpp: the handshake over this method's messages.
+    Verdict on_hello(std::uint32_t c, const Header &h, std::span<const std::byte> payload);
+    Verdict on_auth(std::uint32_t c, const Header &h, std::span<const std::byte> payload);
+    Verdict established(std::uint32_t c, const HelloBody &body);
+    int start_handshake(std::uint32_t c);
+    [[nodiscard]] std::vector<std::byte> transport_hello() const;
+    void queue_hello(std::uint32_t c, std::vector<std::byte> payload, bool with_auth);
+    void queue_auth(std::uint32_t c, std::uint64_t status, std::span<const std::byte> payload);
+    Verdict refuse(std::uint32_t c, int error, std::string_view why);
+    // Closes connections whose handshake outlived hello_timeout, and
+    // refusing ones whose refusal did not go within a second.
+    void check_handshakes(Clock::time_point now);
+    Clock::time_point next_handshake_check_{};
+    // Handshake refusals are logged at most once a minute, with how many
+    // were not (anyone who reaches the port can cause one).
+    Clock::time_point refusal_logged_{};
+    std::uint64_t refusals_unlogged_ = 0;
+    void log_refusal(const std::string &text);
     void match_rts(std::uint32_t i, std::uint32_t c, std::uint64_t cookie, std::uint64_t size,
                    std::vector<Segment> segs);
     void on_cancel(std::uint32_t c, Peer &p, std::uint64_t cookie);

@@ -174,6 +174,11 @@ void IbMethod::on_wc(const ibv_wc &wc)
         if (r.buf != no_index)
             r.dev->send.give(r.buf);
         free_wr(w);
+        if (k.refusing && k.ctl.empty() && k.sq_free >= k.sq_size) {
+            // The refusal has gone: now the connection may.
+            close_conn(c, k.refuse_error, "refused by authentication");
+            return;
+        }
     } else {
         --k.reads;
         read_done(w);
@@ -293,6 +298,7 @@ void IbMethod::progress(int timeout_ms)
             poll_cq(*dp);
     }
     ping_waiting_peers();
+    check_handshakes(Clock::now());
 }
 
 void IbMethod::on_device_event(Device &d, ibv_event_type type)

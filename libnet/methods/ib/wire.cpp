@@ -65,6 +65,12 @@ const char *decode(std::span<const std::byte> in, Header &out) noexcept
             return "rendezvous of an impossible size";
         break;
     case Msg::hello:
+        if (out.cookie > hello_flag_auth)
+            return "hello with unknown flags";
+        break;
+    case Msg::auth:
+        if (payload > max_auth_payload || (out.cookie != 0 && payload != 0) || out.cookie > 0xffff)
+            return "malformed auth message";
         break;
     default:
         if (payload != 0)
@@ -137,6 +143,14 @@ void encode_hello(const HelloBody &body, std::span<std::byte> out) noexcept
     put<std::uint64_t>(out.data(), body.incarnation);
     put<std::uint16_t>(out.data() + 8, static_cast<std::uint16_t>(body.url.size()));
     std::memcpy(out.data() + 10, body.url.data(), body.url.size());
+}
+
+std::size_t hello_transport_size(std::span<const std::byte> in) noexcept
+{
+    if (in.size() < 10)
+        return 0;
+    const std::size_t n = std::size_t{10} + get<std::uint16_t>(in.data() + 8);
+    return n <= in.size() ? n : 0;
 }
 
 const char *decode_hello(std::span<const std::byte> in, HelloBody &out)

@@ -12,7 +12,8 @@
 
 namespace bmi::ib {
 
-inline constexpr std::uint8_t wire_version = 1;
+// 2: the authenticated handshake (hello cookie 1, AUTH messages).
+inline constexpr std::uint8_t wire_version = 2;
 inline constexpr std::size_t header_size = 32;
 inline constexpr std::size_t max_url = 512;
 // Largest message a rendezvous may announce (1 TiB): a sanity bound.
@@ -30,8 +31,14 @@ enum class Msg : std::uint8_t {
     ping = 8,       // are you there?  Answered with pong
     pong = 9,
     credit = 10, // nothing but returned credits
+    auth = 11,   // handshake: client -> server the proof (payload); server ->
+                 // client cookie 0 (accepted); cookie a positive errno refuses
 };
-inline constexpr std::uint8_t last_msg = 10;
+inline constexpr std::uint8_t last_msg = 11;
+// A hello whose cookie is this carries the authenticator's bytes after
+// the transport hello.
+inline constexpr std::uint64_t hello_flag_auth = 1;
+inline constexpr std::size_t max_auth_payload = 512;
 
 struct Header {
     Msg type = Msg::hello;
@@ -82,6 +89,8 @@ const char *decode_segments(std::span<const std::byte> in, std::vector<Segment> 
 std::size_t hello_size(const HelloBody &body) noexcept;
 void encode_hello(const HelloBody &body, std::span<std::byte> out) noexcept;
 const char *decode_hello(std::span<const std::byte> in, HelloBody &out);
+// A hello payload's transport part: its length, or 0 if too short.
+[[nodiscard]] std::size_t hello_transport_size(std::span<const std::byte> in) noexcept;
 
 void encode_connect(const ConnectData &d, std::span<std::byte, connect_data_size> out) noexcept;
 const char *decode_connect(std::span<const std::byte> in, ConnectData &out) noexcept;

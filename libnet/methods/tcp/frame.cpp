@@ -64,7 +64,7 @@ const char *decode(std::span<const std::byte, frame_header_size> in, const Frame
         return "unsupported protocol version";
     const auto type = get<std::uint8_t>(p + off_type);
     if (type < static_cast<std::uint8_t>(FrameType::hello) ||
-        type > static_cast<std::uint8_t>(FrameType::direct))
+        type > static_cast<std::uint8_t>(FrameType::auth))
         return "unknown frame type";
     out.type = static_cast<FrameType>(type);
     out.flags = get<std::uint16_t>(p + off_flags);
@@ -73,13 +73,19 @@ const char *decode(std::span<const std::byte, frame_header_size> in, const Frame
     out.size = get<std::uint64_t>(p + off_size);
     out.cookie = get<std::uint64_t>(p + off_cookie);
     out.cookie2 = get<std::uint64_t>(p + off_cookie2);
-    if (out.flags != 0)
+    if (out.flags != 0 && (out.type != FrameType::hello || out.flags != hello_flag_auth))
         return "unknown flags";
 
     switch (out.type) {
     case FrameType::hello:
-        if (out.size < hello_fixed || out.size > hello_fixed + hello_max_url)
+        // Refusals are AUTH frames.
+        if (out.status != 0 || out.size < hello_fixed ||
+            out.size > hello_fixed + hello_max_url + (out.flags != 0 ? max_auth_payload : 0))
             return "hello of impossible size";
+        break;
+    case FrameType::auth:
+        if (out.status < 0 || out.size > max_auth_payload || (out.status > 0 && out.size != 0))
+            return "malformed auth frame";
         break;
     case FrameType::eager:
         if (out.size > limits.eager)
@@ -142,6 +148,14 @@ void encode_hello(const HelloBody &body, std::span<std::byte> out) noexcept
     put<std::uint64_t>(p + 12, body.incarnation);
     put<std::uint16_t>(p + 20, static_cast<std::uint16_t>(body.url.size()));
     std::memcpy(p + hello_fixed, body.url.data(), body.url.size());
+}
+
+std::size_t hello_transport_size(std::span<const std::byte> in) noexcept
+{
+    if (in.size() < hello_fixed)
+        return 0;
+    const std::size_t n = hello_fixed + get<std::uint16_t>(in.data() + 20);
+    return n <= in.size() ? n : 0;
 }
 
 const char *decode_hello(std::span<const std::byte> in, HelloBody &out)

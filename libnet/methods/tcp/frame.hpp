@@ -14,9 +14,14 @@
 namespace bmi::tcp {
 
 inline constexpr std::uint32_t frame_magic = 0x31494d42; // "BMI1"
-inline constexpr std::uint8_t frame_version = 2;
+// 3: the authenticated handshake (hello flag, AUTH frames).
+inline constexpr std::uint8_t frame_version = 3;
 inline constexpr std::size_t frame_header_size = 40;
 inline constexpr std::size_t hello_max_url = 512;
+// The handshake bytes a hello or an AUTH frame may carry.
+inline constexpr std::size_t max_auth_payload = 512;
+// Hello flag: the authenticator's bytes follow the transport hello.
+inline constexpr std::uint16_t hello_flag_auth = 1;
 // Largest message a rendezvous may announce (1 TiB): a sanity bound.
 inline constexpr std::uint64_t max_message_size = std::uint64_t{1} << 40;
 
@@ -35,6 +40,9 @@ enum class FrameType : std::uint8_t {
                     // cookie: messages seen from you; cookie2: receiver op
     direct = 12,    // payload: a message above the eager limit, sent without
                     // RTS/CTS because a READY announced its receive (cookie2)
+    auth = 13,      // handshake: client -> server the proof (payload); server ->
+                    // client status 0 (accepted, no payload); either way a
+                    // status (positive errno, no payload) refuses
 };
 
 struct FrameHeader {
@@ -79,6 +87,9 @@ const char *decode(std::span<const std::byte, frame_header_size> in, const Frame
 std::size_t hello_size(const HelloBody &body) noexcept;
 void encode_hello(const HelloBody &body, std::span<std::byte> out) noexcept;
 const char *decode_hello(std::span<const std::byte> in, HelloBody &out);
+// A hello payload's transport part (the rest is the authenticator's):
+// its length, or 0 when the payload is too short for the length it names.
+[[nodiscard]] std::size_t hello_transport_size(std::span<const std::byte> in) noexcept;
 
 } // namespace bmi::tcp
 

@@ -6,6 +6,7 @@
 #define PVFS_LIBNET_TCP_METHOD_HPP
 
 #include "../../core/core.hpp"
+#include "../../core/handshake.hpp"
 #include "../../core/ring.hpp"
 #include "engine.hpp"
 #include "frame.hpp"
@@ -53,8 +54,8 @@ inline std::size_t map_iov(const std::vector<MutableBuffer> &bufs, std::size_t s
 // this much once the hello has arrived, before that only what a hello
 // needs (a connection that proved nothing costs little).
 inline constexpr std::size_t stage_size = std::size_t{64} * 1024;
-inline constexpr std::size_t hello_stage_size = 1024;
-static_assert(hello_stage_size >= frame_header_size + 22 + hello_max_url);
+inline constexpr std::size_t hello_stage_size = 2048;
+static_assert(hello_stage_size >= frame_header_size + 22 + hello_max_url + max_auth_payload);
 // Payloads at least this large are read straight into the user's buffer.
 inline constexpr std::size_t direct_read_min = std::size_t{16} * 1024;
 // Rendezvous data goes in chunks of this size (the receiver's limit).
@@ -100,7 +101,7 @@ struct TxItem {
     FrameType type = FrameType::hello;
 };
 
-enum class Sink : std::uint8_t { none, op, early, unexpected, hello, discard };
+enum class Sink : std::uint8_t { none, op, early, unexpected, hello, discard }; // hello: and auth
 
 struct Conn {
     pvfs::UniqueFd fd;
@@ -139,6 +140,13 @@ struct Conn {
     std::size_t early_index = 0; // which early item the payload fills (by serial)
     std::uint64_t early_serial = 0;
     std::uint64_t remote_incarnation = 0; // from the peer's hello on this connection
+    // The handshake (auth.cpp).  hello_received is set once it is over: until
+    // then only a hello and AUTH frames may come, and the connection has no
+    // peer on the accepting side.
+    handshake::Session hs;
+    bool hello_seen = false;          // the peer's hello arrived (maybe not yet proved)
+    std::vector<std::byte> hello_out; // client: the hello to send once connected
+    HelloBody pending_remote;         // the peer's hello, until the proof is in
 
     // Part of a frame has arrived, not all of it.
     [[nodiscard]] bool mid_frame() const noexcept
@@ -265,6 +273,20 @@ private:
     void close_conn(std::uint32_t c, int error, std::string_view why);
     void update_events(std::uint32_t c);
     void queue_hello(std::uint32_t c);
+    // auth.cpp: the handshake over this method's frames.
+    [[nodiscard]] std::vector<std::byte> transport_hello() const;
+    void queue_hello_bytes(std::uint32_t c, std::vector<std::byte> payload, std::uint16_t flags);
+    void queue_auth(std::uint32_t c, int status, std::span<const std::byte> payload);
+    // Sends a refusal and closes c (its ops fail with error).
+    void refuse(std::uint32_t c, int error, std::string_view why);
+    void hello_payload(std::uint32_t c); // a hello's payload is in
+    void auth_payload(std::uint32_t c);  // an AUTH frame's
+    // The peer's hello is in and, with an authenticator, proved: the
+    // connection joins its peer and waiting sends go.
+    void established(std::uint32_t c, const HelloBody &body);
+    // Client: the handshake's hello for new connection c to peer (sent
+    // once connected); 0 or the authenticator's refusal.
+    int start_client_handshake(std::uint32_t c, Addr peer);
     void on_connected(std::uint32_t c);
     void accept_all();
     void check_deadlines(Clock::time_point now);
@@ -304,6 +326,7 @@ private:
     bool parse(std::uint32_t c);           // false when the connection died or paused
     enum class Verdict : std::uint8_t { accept, pause, close };
     Verdict on_header(std::uint32_t c, const FrameHeader &h);
+    Verdict on_auth_header(std::uint32_t c, const FrameHeader &h); // auth.cpp
     void payload_done(std::uint32_t c);
     void copy_into_op(std::uint32_t i, std::size_t off, const std::byte *src, std::size_t n);
     bool match_recv(Peer &p, Tag tag, std::uint32_t &out);
@@ -395,6 +418,7 @@ private:
     RateLog refused_log_;
     RateLog deadline_log_;
     RateLog budget_log_;
+    RateLog auth_log_;
     static void log_refusal(RateLog &log, std::string_view what);
     void flush_rate_logs(Clock::time_point now);
 };

@@ -174,10 +174,16 @@ constinit const TcpMethod::FrameHandlers TcpMethod::frame_handlers_ = [] {
 TcpMethod::Verdict TcpMethod::on_header(std::uint32_t c, const FrameHeader &h)
 {
     Conn &k = *conns_[c];
-    if (!k.hello_received && h.type != FrameType::hello)
+    // Until the handshake is over only its frames pass; anything else
+    // closes the connection, unread (docs/bmi.md "Authentication").
+    if (!k.hello_received) {
+        if (h.type == FrameType::auth)
+            return on_auth_header(c, h);
+        if (h.type != FrameType::hello || k.hello_seen)
+            return Verdict::close;
+    } else if (h.type == FrameType::hello || h.type == FrameType::auth) {
         return Verdict::close;
-    if (k.hello_received && h.type == FrameType::hello)
-        return Verdict::close;
+    }
     k.h = h;
     k.payload_left = 0;
     k.sink = Sink::none;
@@ -494,61 +500,12 @@ void TcpMethod::payload_done(std::uint32_t c)
     k.frame_started = {};
     k.frame_bytes = 0;
     switch (sink) {
-    case Sink::hello: {
-        HelloBody body;
-        if (const char *err = decode_hello(k.sink_buf, body)) {
-            close_conn(c, -EPROTO, err);
-            return;
-        }
-        k.hello_received = true;
-        if (k.peer == no_addr) {
-            // An incoming connection: the peer names where it listens.
-            std::string url = body.url;
-            if (url.empty()) {
-                sockaddr_storage sa{};
-                socklen_t len = sizeof sa;
-                ::getpeername(k.fd.get(), reinterpret_cast<sockaddr *>(&sa), &len);
-                url = net::sockaddr_url("tcp", reinterpret_cast<const sockaddr *>(&sa));
-            } else if (url.rfind("tcp://", 0) != 0) {
-                close_conn(c, -EPROTO, "hello with a non-tcp url");
-                return;
-            }
-            const Addr a = core_.peer_for_url(*this, url);
-            Peer &np = peer_of(a);
-            if (np.hostport.empty() && !body.url.empty())
-                np.hostport = url.substr(6);
-            k.peer = a;
-            np.conns.push_back(c);
-            if (np.tx_conn == no_index)
-                np.tx_conn = c;
-            p = &np;
-        }
-        p->remote = body;
-        p->remote_known = true;
-        k.remote_incarnation = body.incarnation;
-        if (p->incarnation != body.incarnation) {
-            // A new process behind this address: nothing sent to or seen
-            // from the old one counts for READY any more.  No message goes
-            // to a peer before its hello has arrived, so none is miscounted.
-            p->incarnation = body.incarnation;
-            p->msgs_sent = 0;
-            p->msgs_seen = 0;
-            p->readies.clear();
-        }
-        p->heard = Clock::now();
-        // Sends that waited for this connection go now, in order.
-        if (p->tx_conn == c) {
-            while (!p->waiting.empty()) {
-                const std::uint32_t i = p->waiting.front();
-                p->waiting.remove(core_.ops, i);
-                op(i).mstate = st_none;
-                start_send(i, *p);
-                if (k.closed)
-                    return;
-            }
-        }
+    case Sink::hello:
+        if (k.h.type == FrameType::auth)
+            auth_payload(c);
+        else
+            hello_payload(c);
         return;
-    }
     case Sink::op: {
         const std::uint32_t i = k.sink_op;
         k.sink_op = no_index;
@@ -652,7 +609,7 @@ bool TcpMethod::parse(std::uint32_t c)
             close_conn(c, -EPROTO, err);
             return false;
         }
-        if (k.peer == no_addr && h.type != FrameType::hello) {
+        if (k.peer == no_addr && h.type != FrameType::hello && h.type != FrameType::auth) {
             close_conn(c, -EPROTO, "first frame is not a hello");
             return false;
         }

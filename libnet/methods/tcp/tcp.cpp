@@ -183,6 +183,10 @@ std::uint32_t TcpMethod::new_conn(UniqueFd fd)
     k.generation = conn_generation_;
     k.peer = no_addr;
     k.connecting = k.hello_received = k.paused = k.send_held = false;
+    k.hs.reset();
+    k.hello_seen = false;
+    k.hello_out.clear();
+    k.pending_remote = {};
     k.closed = false;
     k.accepted = false;
     k.source.clear();
@@ -236,6 +240,10 @@ int TcpMethod::connect_peer(Peer &p)
     if (rc != 0 && errno != EINPROGRESS)
         return -errno;
     const std::uint32_t c = new_conn(std::move(fd));
+    if (const int auth = start_client_handshake(c, p.addr); auth != 0) {
+        close_conn(c, auth, {});
+        return auth; // no key for this credential: nothing is sent
+    }
     Conn &k = *conns_[c];
     k.peer = p.addr;
     k.connecting = rc != 0;
@@ -246,28 +254,6 @@ int TcpMethod::connect_peer(Peer &p)
     update_events(c);
     gossip::debug(gossip::Mask::tcp, "connecting to {}", p.hostport);
     return 0;
-}
-
-void TcpMethod::queue_hello(std::uint32_t c)
-{
-    HelloBody body;
-    body.eager_limit = static_cast<std::uint32_t>(core_.limits.eager);
-    body.unexpected_limit = static_cast<std::uint32_t>(core_.limits.unexpected);
-    body.chunk = static_cast<std::uint32_t>(chunk_size);
-    body.incarnation = incarnation_;
-    body.url = my_url_;
-    TxItem item;
-    FrameHeader h;
-    h.type = FrameType::hello;
-    h.size = hello_size(body);
-    encode(h, item.hdr);
-    item.own.resize(h.size);
-    encode_hello(body, item.own);
-    item.len = h.size;
-    item.type = FrameType::hello;
-    conns_[c]->tx_bytes += tx_charge(item);
-    conns_[c]->tx.push_front(std::move(item));
-    dirty_.push_back(c);
 }
 
 void TcpMethod::on_connected(std::uint32_t c)
@@ -323,7 +309,12 @@ void TcpMethod::accept_all()
             ++accepted_open_;
             ++per_source_[source];
             k.source = std::move(source);
-            queue_hello(c);
+            // With an authenticator the client speaks first: this side's
+            // hello carries the challenge to its hello.
+            if (core_.authenticator)
+                k.hs.expect_client(core_);
+            else
+                queue_hello(c);
             update_events(c);
         }
     }
@@ -365,6 +356,7 @@ void TcpMethod::flush_rate_logs(Clock::time_point now)
     flush(refused_log_, "more connections refused at accept (connection caps)");
     flush(deadline_log_, "more connections closed for a missed deadline");
     flush(budget_log_, "more connections closed over a global message budget");
+    flush(auth_log_, "more connections refused by authentication");
 }
 
 // The deadlines (docs/bmi.md "Limits"): a connection that misses one is
@@ -397,9 +389,11 @@ void TcpMethod::check_deadlines(Clock::time_point now)
             if (now - k.stopped_since >= core_.limits.idle_timeout)
                 why = fmt::format("not read for {} ms: {}", core_.limits.idle_timeout.count(),
                                   k.stopped_why);
-        } else if (k.accepted && !k.hello_received &&
+        } else if ((k.accepted || k.hs.authenticating()) && !k.hello_received &&
                    now - k.opened >= core_.limits.hello_timeout) {
-            why = fmt::format("no hello within {} ms", core_.limits.hello_timeout.count());
+            // The whole handshake, not just the hello.
+            why = fmt::format("no hello (handshake) within {} ms",
+                              core_.limits.hello_timeout.count());
         } else if (k.frame_started != Clock::time_point{} &&
                    (k.peer == no_addr || !core_.pinned(k.peer))) {
             const std::uint64_t bytes = std::max(k.frame_bytes, frame_header_size);
