@@ -547,8 +547,10 @@ void FuseChannel::flush_closes()
 void FuseChannel::cancel(fuse_req_t req)
 {
     const auto t = tag_of_.find(req);
-    if (t == tag_of_.end())
+    if (t == tag_of_.end()) {
+        cancel_listing(req);
         return;
+    }
     const std::uint64_t target = t->second;
     const auto it = pending_.find(target);
     if (it == pending_.end())

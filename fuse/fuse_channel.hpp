@@ -154,6 +154,7 @@ private:
         std::vector<detail::Dirent> entries;
         std::vector<pvfsd_attr> attrs; // handle no_handle: no attributes (gone meanwhile)
         std::size_t waiting = 0;
+        bool interrupted = false; // its GETATTRs cancelled: EINTR once they end
     };
     // What the kernel asked for, for the status line.
     struct Counts {
@@ -216,6 +217,9 @@ private:
     void start_listing(Pending &p, std::span<const std::byte> body);
     void listed(const Pending &p, int status, std::span<const std::byte> body);
     void answer_listing(Listing &l);
+    // An interrupt of a READDIRPLUS waiting for its GETATTRs: each gets a
+    // CANCEL (the READDIR's tag is no longer the request's).
+    void cancel_listing(fuse_req_t req);
     static void reply_statfs(Pending &p, std::span<const std::byte> body);
     static void reply_readlink(Pending &p, std::span<const std::byte> body);
     static void reply_xattr(Pending &p, std::span<const std::byte> body);

@@ -12,6 +12,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <limits>
 #include <string>
@@ -182,8 +183,36 @@ void FuseChannel::listed(const Pending &g, int status, std::span<const std::byte
     answer_listing(*done);
 }
 
+void FuseChannel::cancel_listing(fuse_req_t req)
+{
+    const auto it = std::ranges::find_if(
+        listings_, [req](const auto &entry) { return entry.second->req == req; });
+    if (it == listings_.end() || it->second->interrupted || start_ == nullptr)
+        return;
+    it->second->interrupted = true;
+    // Collected first: a CANCEL's answer may come while it starts.
+    std::vector<std::uint64_t> tags;
+    for (const auto &[tag, p] : pending_) {
+        if (p->then == Then::listed && p->offset == it->first)
+            tags.push_back(tag);
+    }
+    gossip::debug(gossip::Mask::dev, "READDIRPLUS tag {} interrupted: {} GETATTRs cancelled",
+                  it->first, tags.size());
+    for (const std::uint64_t tag : tags) {
+        std::string why;
+        auto up =
+            pvfsd::Upcall::parse(message(PVFSD_OP_CANCEL, next_tag(), pvfsd_cancel_req{tag}), why);
+        if (up)
+            (*start_)(std::move(*up));
+    }
+}
+
 void FuseChannel::answer_listing(Listing &l)
 {
+    if (l.interrupted) {
+        replied(fuse_reply_err(l.req, EINTR), "READDIRPLUS");
+        return;
+    }
     std::vector<char> out(l.size);
     std::vector<bool> counted(l.entries.size(), false);
     std::size_t used = 0;
