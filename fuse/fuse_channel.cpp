@@ -81,7 +81,11 @@ std::optional<std::string> device_of(const std::string &mountpoint)
     std::optional<std::string> dev;
     while (std::getline(in, line)) {
         std::istringstream fields(line);
-        std::string id, parent, majmin, root, point;
+        std::string id;
+        std::string parent;
+        std::string majmin;
+        std::string root;
+        std::string point;
         if (fields >> id >> parent >> majmin >> root >> point &&
             unescape_mountinfo(point) == mountpoint)
             dev = majmin;

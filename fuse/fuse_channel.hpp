@@ -215,7 +215,7 @@ private:
     // READDIRPLUS (fuse_listing.cpp): the entries that fit the kernel's
     // room get a GETATTR each; the last answer answers the listing.
     void start_listing(Pending &p, std::span<const std::byte> body);
-    void listed(const Pending &p, int status, std::span<const std::byte> body);
+    void listed(const Pending &g, int status, std::span<const std::byte> body);
     void answer_listing(Listing &l);
     // An interrupt of a READDIRPLUS waiting for its GETATTRs: each gets a
     // CANCEL (the READDIR's tag is no longer the request's).

@@ -28,7 +28,6 @@ using detail::body_of;
 using detail::message;
 using detail::replied;
 using detail::to_stat;
-using detail::type_bits;
 
 double seconds(std::chrono::milliseconds ms)
 {
