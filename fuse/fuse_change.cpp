@@ -14,6 +14,7 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -334,6 +335,8 @@ void FuseChannel::Ops::write(fuse_req_t req, fuse_ino_t ino, const char *buf, st
         static_cast<void>(fuse_reply_write(req, 0));
         return;
     }
+    ++ch.counts_.writes;
+    ch.counts_.write_max = std::max<std::uint64_t>(ch.counts_.write_max, size);
     const auto data = std::as_bytes(std::span(buf, size));
     auto p = ch.pending(req, PVFSD_OP_WRITE, ino);
     p->offset = static_cast<std::uint64_t>(off);

@@ -36,6 +36,16 @@
 
 namespace pvfs::fuse {
 
+namespace detail {
+// One entry of a READDIR's answer.
+struct Dirent {
+    std::uint64_t handle = 0;
+    std::uint64_t cookie = 0;
+    std::uint32_t type = 0;
+    std::string name;
+};
+} // namespace detail
+
 struct FuseSettings {
     // What the mount is attached to: a URL tcp://host:port/fs or a cluster
     // config file (its ATTACH's source).
@@ -49,6 +59,9 @@ struct FuseSettings {
     std::chrono::milliseconds entry_timeout{30000};
     std::size_t slot_size = 1U << 20U;
     std::size_t slots = 16;
+    // Listings with attributes (READDIRPLUS); -o nordirplus, as NFS's,
+    // for a directory listed by name only and too large to stat.
+    bool readdirplus = true;
 };
 
 class FuseChannel final : public pvfsd::Channel {
@@ -81,6 +94,10 @@ public:
 
     // Requests waiting for an answer (tests, the status line).
     [[nodiscard]] std::size_t pending() const noexcept { return pending_.size(); }
+    // What the kernel asked for so far and how many inodes it holds by a
+    // lookup: the status line (SIGUSR1), which tests and the benchmark read
+    // to see how the kernel's requests arrive (a WRITE's size, READDIRPLUS).
+    [[nodiscard]] std::string status() const;
 
     // The low-level ops, called by libfuse with this channel as userdata.
     struct Ops;
@@ -93,6 +110,8 @@ private:
         append,        // GETATTR of an O_APPEND WRITE: WRITE at the end it found
         truncate,      // SETATTR of an O_TRUNC create that found the file: answer the create
         truncate_open, // SETATTR of an O_TRUNC open: answer the open
+        listing,       // READDIR of a READDIRPLUS: GETATTR its entries, then answer
+        listed,        // GETATTR of a READDIRPLUS's entry: `offset` names the listing
     };
     // One FUSE request (or one upcall of pvfs-fuse's own) waiting for its
     // downcall, by tag.
@@ -125,6 +144,28 @@ private:
         std::uint32_t count = 0;
         std::uint64_t gen = 0;  // the latest OPEN that held it
         std::uint32_t mode = 0; // PVFSD_OPEN_* of the opens counted
+    };
+    // A READDIRPLUS between its READDIR's answer and its entries'
+    // GETATTRs' (all at once: one round trip for the page, not one per
+    // entry as the kernel's LOOKUPs after a plain READDIR).
+    struct Listing {
+        fuse_req_t req = nullptr;
+        std::size_t size = 0; // the kernel's room
+        std::vector<detail::Dirent> entries;
+        std::vector<pvfsd_attr> attrs; // handle no_handle: no attributes (gone meanwhile)
+        std::size_t waiting = 0;
+        bool interrupted = false; // its GETATTRs cancelled: EINTR once they end
+    };
+    // What the kernel asked for, for the status line.
+    struct Counts {
+        std::uint64_t lookups = 0;
+        std::uint64_t readdirs = 0;
+        std::uint64_t readdirplus = 0;
+        std::uint64_t plus_entries = 0; // entries answered with attributes (lookups)
+        std::uint64_t reads = 0;
+        std::uint64_t read_max = 0; // bytes of the largest READ
+        std::uint64_t writes = 0;
+        std::uint64_t write_max = 0; // bytes of the largest WRITE
     };
     // What the kernel was last told of an inode it knows by a lookup (its
     // lookup count, as FUSE's forget counts them): whose it is and what
@@ -171,6 +212,14 @@ private:
     static void reply_write(Pending &p, std::span<const std::byte> body);
     void reply_append(std::unique_ptr<Pending> &p, std::span<const std::byte> body);
     static void reply_readdir(Pending &p, std::span<const std::byte> body);
+    // READDIRPLUS (fuse_listing.cpp): the entries that fit the kernel's
+    // room get a GETATTR each; the last answer answers the listing.
+    void start_listing(Pending &p, std::span<const std::byte> body);
+    void listed(const Pending &g, int status, std::span<const std::byte> body);
+    void answer_listing(Listing &l);
+    // An interrupt of a READDIRPLUS waiting for its GETATTRs: each gets a
+    // CANCEL (the READDIR's tag is no longer the request's).
+    void cancel_listing(fuse_req_t req);
     static void reply_statfs(Pending &p, std::span<const std::byte> body);
     static void reply_readlink(Pending &p, std::span<const std::byte> body);
     static void reply_xattr(Pending &p, std::span<const std::byte> body);
@@ -188,6 +237,8 @@ private:
     void release(fuse_ino_t ino);
     void flush_closes();
     void cancel(fuse_req_t req);
+    // The mount's readahead, once INIT is answered (fuse_channel.cpp).
+    void set_readahead() const;
     [[nodiscard]] double attr_timeout(std::uint32_t type) const;
 
     FuseSettings settings_;
@@ -198,6 +249,9 @@ private:
     std::deque<std::uint64_t> waiting_changes_; // tags, first come first served
     fuse_session *session_ = nullptr;
     bool mounted_ = false;
+    std::string mountpoint_;
+    bool initialized_ = false; // INIT came (Ops::init)
+    bool readahead_set_ = false;
     fuse_buf buf_{};
     const Starter *start_ = nullptr; // inside receive() and send()
     std::uint64_t last_tag_ = 0;
@@ -213,6 +267,8 @@ private:
     std::unordered_map<fuse_req_t, std::uint64_t> tag_of_;
     std::unordered_map<fuse_ino_t, Opened> opened_;
     std::unordered_map<fuse_ino_t, Known> known_;
+    std::unordered_map<std::uint64_t, std::unique_ptr<Listing>> listings_; // by READDIR tag
+    Counts counts_;
     std::vector<pvfsd_close_ref> closes_;    // released since the last flush
     std::vector<std::uint64_t> interrupted_; // ops interrupted while waiting for a slot
     int attach_status_ = 1;                  // 1: not answered yet

@@ -44,6 +44,7 @@ const fuse_lowlevel_ops &FuseChannel::Ops::table()
         o.read = &read;
         o.release = &release;
         o.readdir = &readdir;
+        o.readdirplus = &readdirplus;
         o.statfs = &statfs;
         o.getxattr = &getxattr;
         o.listxattr = &listxattr;
@@ -74,19 +75,44 @@ void FuseChannel::Ops::interrupt_cb(fuse_req_t req, void * /*data*/)
 
 void FuseChannel::Ops::init(void *userdata, fuse_conn_info *conn)
 {
-    const FuseChannel &ch = *static_cast<const FuseChannel *>(userdata);
+    FuseChannel &ch = *static_cast<FuseChannel *>(userdata);
+    ch.initialized_ = true;
+    const auto slot = static_cast<unsigned>(ch.settings_.slot_size);
     // A READ or WRITE fills at most one slot (libfuse wants the mount's
-    // max_read here too).
-    conn->max_read = static_cast<unsigned>(ch.settings_.slot_size);
-    conn->max_write = std::min(conn->max_write, static_cast<unsigned>(ch.settings_.slot_size));
-    // Requests arrive as memory (the slots are copied into replies), and
-    // the kernel owns no size or mtime: no splice, no writeback cache
-    // (writes go through to the servers as they come, as pvfs.ko's
-    // writeback of a page does).  A write by another user clears
-    // setuid/setgid with the kernel's SETATTR (not left to the servers),
-    // as the VFS does for pvfs.ko.
+    // max_read here too).  libfuse 3.14 offers max_write up to its
+    // receive buffer, 256 pages (1 MiB, the smallest slot), and asks the
+    // kernel for as many pages per request (FUSE_MAX_PAGES, from
+    // max_write): a 1 MiB write(2) arrives as one WRITE.
+    conn->max_read = slot;
+    conn->max_write = std::min(conn->max_write, slot);
+    // Requests arrive as memory and answers leave from the slots, where
+    // the Handler's data is (the servers' replies land there): splicing
+    // would only add a pipe between the same copies (measured: bench/fs's
+    // FUSE phase, docs/plan/fuse.md).  The kernel owns no size or mtime:
+    // no writeback cache (writes go through to the servers as they come,
+    // as pvfs.ko's writeback of a page does).  A write by another user
+    // clears setuid/setgid with the kernel's SETATTR (not left to the
+    // servers), as the VFS does for pvfs.ko.
     conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
                     FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_HANDLE_KILLPRIV);
+    // A listing carries each entry's attributes (READDIRPLUS): `ls -l`
+    // costs a READDIR and one GETATTR per entry, all of a page at once,
+    // instead of a LOOKUP per name one after another.  Always, not
+    // READDIRPLUS_AUTO: that answers the first page so, and later pages
+    // only when the directory saw lookups meanwhile, but `ls -l` reads
+    // the whole directory before its first stat.
+    conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+    if ((conn->capable & FUSE_CAP_READDIRPLUS) != 0 && ch.settings_.readdirplus)
+        conn->want |= FUSE_CAP_READDIRPLUS;
+    // Lookups and listings of one directory at once (the kernel then
+    // takes the directory's lock shared, as the VFS does for pvfs.ko's
+    // lookup and iterate_shared).  Safe: every request runs on the loop's
+    // one thread, and none keeps state of the directory between its
+    // upcall and its answer (a listing's position is the cookie in its
+    // offset; an entry counts as looked up when its answer is given; the
+    // servers order changes).
+    if ((conn->capable & FUSE_CAP_PARALLEL_DIROPS) != 0)
+        conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     // O_TRUNC comes with the open, which truncates through the file once
     // it is open, as pvfs.ko's handle_truncate (the kernel's own SETATTR
     // after an open names no file: the servers would judge it by the mode
@@ -99,8 +125,12 @@ void FuseChannel::Ops::init(void *userdata, fuse_conn_info *conn)
     if ((conn->capable & FUSE_CAP_AUTO_INVAL_DATA) != 0)
         conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
     conn->time_gran = 1;
-    gossip::info(gossip::Mask::pvfsd, "FUSE protocol {}.{}, max read {} bytes, max write {}",
-                 conn->proto_major, conn->proto_minor, conn->max_read, conn->max_write);
+    gossip::info(gossip::Mask::pvfsd,
+                 "FUSE protocol {}.{}, max read {} bytes, max write {}, readahead {}{}{}",
+                 conn->proto_major, conn->proto_minor, conn->max_read, conn->max_write,
+                 conn->max_readahead,
+                 (conn->want & FUSE_CAP_READDIRPLUS) != 0 ? ", readdirplus" : "",
+                 (conn->want & FUSE_CAP_PARALLEL_DIROPS) != 0 ? ", parallel dirops" : "");
 }
 
 void FuseChannel::Ops::lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -115,6 +145,7 @@ void FuseChannel::Ops::lookup(fuse_req_t req, fuse_ino_t parent, const char *nam
     r.common = common_of(req);
     r.parent = parent;
     r.name_len = static_cast<std::uint32_t>(n.size());
+    ++ch.counts_.lookups;
     auto p = ch.pending(req, PVFSD_OP_LOOKUP, parent);
     auto bytes = message(p->op, p->tag, r, n);
     ch.start(std::move(p), std::move(bytes));
@@ -215,6 +246,8 @@ void FuseChannel::Ops::read(fuse_req_t req, fuse_ino_t ino, std::size_t size, of
         static_cast<void>(fuse_reply_buf(req, nullptr, 0));
         return;
     }
+    ++ch.counts_.reads;
+    ch.counts_.read_max = std::max<std::uint64_t>(ch.counts_.read_max, size);
     auto p = ch.pending(req, PVFSD_OP_READ, ino);
     p->offset = static_cast<std::uint64_t>(off);
     p->size = size;
@@ -230,6 +263,35 @@ void FuseChannel::Ops::release(fuse_req_t req, fuse_ino_t ino, fuse_file_info * 
     static_cast<void>(fuse_reply_err(req, 0));
 }
 
+namespace {
+
+// The dots of a listing, answered here: ".." names this directory's own
+// node (FUSE does not look at it; the kernel's dcache knows the parent).
+// With attributes (READDIRPLUS), node id 0: the kernel takes no lookup of
+// them.
+void reply_dots(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off, bool plus)
+{
+    std::array<char, 512> buf{};
+    const std::size_t room = std::min(size, buf.size());
+    std::size_t used = 0;
+    fuse_entry_param e{};
+    e.attr.st_ino = ino;
+    e.attr.st_mode = S_IFDIR;
+    for (off_t i = off; i < 2; ++i) {
+        const char *name = i == 0 ? "." : "..";
+        char *at = buf.data() + used;
+        const std::size_t need =
+            plus ? fuse_add_direntry_plus(req, at, room - used, name, &e, i + 1)
+                 : fuse_add_direntry(req, at, room - used, name, &e.attr, i + 1);
+        if (need > room - used)
+            break;
+        used += need;
+    }
+    static_cast<void>(fuse_reply_buf(req, buf.data(), used));
+}
+
+} // namespace
+
 void FuseChannel::Ops::readdir(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off,
                                fuse_file_info * /*fi*/)
 {
@@ -238,23 +300,9 @@ void FuseChannel::Ops::readdir(fuse_req_t req, fuse_ino_t ino, std::size_t size,
         static_cast<void>(fuse_reply_err(req, EINVAL));
         return;
     }
+    ++ch.counts_.readdirs;
     if (off < 2) {
-        // The dots, answered here: ".." names this directory's own node
-        // (FUSE does not look at it; the kernel's dcache knows the parent).
-        std::array<char, 256> buf{};
-        std::size_t used = 0;
-        struct stat st {};
-        st.st_ino = ino;
-        st.st_mode = S_IFDIR;
-        for (off_t i = off; i < 2; ++i) {
-            const char *name = i == 0 ? "." : "..";
-            const std::size_t need = fuse_add_direntry(
-                req, buf.data() + used, std::min(size, buf.size()) - used, name, &st, i + 1);
-            if (need > std::min(size, buf.size()) - used)
-                break;
-            used += need;
-        }
-        static_cast<void>(fuse_reply_buf(req, buf.data(), used));
+        reply_dots(req, ino, size, off, false);
         return;
     }
     pvfsd_readdir_req r{};
@@ -266,6 +314,37 @@ void FuseChannel::Ops::readdir(fuse_req_t req, fuse_ino_t ino, std::size_t size,
     r.max_bytes = static_cast<std::uint32_t>(std::min(size, max_readdir_bytes));
     auto p = ch.pending(req, PVFSD_OP_READDIR, ino);
     p->size = r.max_bytes;
+    auto bytes = message(p->op, p->tag, r);
+    ch.start(std::move(p), std::move(bytes));
+}
+
+void FuseChannel::Ops::readdirplus(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off,
+                                   fuse_file_info * /*fi*/)
+{
+    FuseChannel &ch = self(req);
+    if (off < 0) {
+        static_cast<void>(fuse_reply_err(req, EINVAL));
+        return;
+    }
+    ++ch.counts_.readdirplus;
+    if (off < 2) {
+        reply_dots(req, ino, size, off, true);
+        return;
+    }
+    pvfsd_readdir_req r{};
+    r.common = common_of(req);
+    r.handle = ino;
+    r.cookie = static_cast<std::uint64_t>(off) - 2;
+    // An entry with attributes takes FUSE 152 bytes and the name, the
+    // channel's 24 and the name: half the room holds at least as many
+    // names as fit, for names up to 104 bytes (start_listing keeps those
+    // that fit; the next listing starts after them).
+    const std::size_t room = std::min(size, max_readdir_bytes);
+    r.max_bytes = static_cast<std::uint32_t>(std::max<std::size_t>(room / 2, 512));
+    auto p = ch.pending(req, PVFSD_OP_READDIR, ino);
+    p->size = room;
+    p->common = r.common;
+    p->then = Then::listing;
     auto bytes = message(p->op, p->tag, r);
     ch.start(std::move(p), std::move(bytes));
 }

@@ -17,12 +17,18 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace pvfs::fuse {
 
 namespace detail {
+
+// READDIR's entries: 0, or -EIO (malformed) or -EOVERFLOW (a cookie FUSE's
+// offsets cannot carry).
+[[nodiscard]] int parse_dirents(std::span<const std::byte> body, std::vector<Dirent> &out,
+                                bool &eof);
 
 // An upcall's bytes: header, fixed body, tail (the layout of a downcall).
 template <typename Body>
@@ -77,6 +83,8 @@ struct FuseChannel::Ops {
     static void release(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
     static void readdir(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off,
                         fuse_file_info *fi);
+    static void readdirplus(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off,
+                            fuse_file_info *fi);
     static void statfs(fuse_req_t req, fuse_ino_t ino);
     static void getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, std::size_t size);
     static void listxattr(fuse_req_t req, fuse_ino_t ino, std::size_t size);

@@ -28,11 +28,6 @@ using detail::body_of;
 using detail::message;
 using detail::replied;
 using detail::to_stat;
-using detail::type_bits;
-
-// READDIR offsets: 0 is ".", 1 "..", then each entry's cookie + 2, as
-// pvfs.ko's (kmod/dir.c), so that no cookie is taken for a dot.
-constexpr std::uint64_t dots = 2;
 
 double seconds(std::chrono::milliseconds ms)
 {
@@ -159,6 +154,10 @@ void FuseChannel::finish(std::unique_ptr<Pending> &pp, const pvfsd_msg_hdr &hdr,
         attach_status_ = status;
         return;
     }
+    if (p.then == Then::listed) {
+        listed(p, status, body);
+        return;
+    }
     if (p.req == nullptr) {
         if (status != 0)
             gossip::debug(gossip::Mask::pvfsd, "{} tag {}: {}", pvfsd::op_name(p.op), p.tag,
@@ -221,7 +220,10 @@ void FuseChannel::finish(std::unique_ptr<Pending> &pp, const pvfsd_msg_hdr &hdr,
         reply_write(p, body);
         break;
     case PVFSD_OP_READDIR:
-        reply_readdir(p, body);
+        if (p.then == Then::listing)
+            start_listing(p, body);
+        else
+            reply_readdir(p, body);
         break;
     case PVFSD_OP_STATFS:
         reply_statfs(p, body);
@@ -475,51 +477,6 @@ void FuseChannel::reply_append(std::unique_ptr<Pending> &pp, std::span<const std
     p.tag = next_tag();
     p.then = Then::reply;
     start_data(std::move(pp));
-}
-
-void FuseChannel::reply_readdir(Pending &p, std::span<const std::byte> body)
-{
-    const auto r = body_of<pvfsd_readdir_resp>(body);
-    if (!r) {
-        replied(fuse_reply_err(p.req, EIO), "READDIR");
-        return;
-    }
-    std::vector<char> out(p.size);
-    std::size_t used = 0;
-    std::size_t at = sizeof(*r);
-    std::uint32_t i = 0;
-    for (; i < r->count; ++i) {
-        const auto d = body_of<pvfsd_dirent>(body.subspan(std::min(at, body.size())));
-        if (!d || d->name_len == 0 || d->name_len > PVFSD_MAX_NAME ||
-            body.size() - at - sizeof(*d) < d->name_len || d->cookie == 0) {
-            gossip::error(gossip::Mask::dev, "READDIR tag {}: a malformed entry", p.tag);
-            replied(fuse_reply_err(p.req, EIO), "READDIR");
-            return;
-        }
-        if (d->cookie >= std::numeric_limits<std::uint64_t>::max() - dots) {
-            replied(fuse_reply_err(p.req, EOVERFLOW), "READDIR");
-            return;
-        }
-        const std::string name(reinterpret_cast<const char *>(body.data() + at + sizeof(*d)),
-                               d->name_len);
-        struct stat st {};
-        st.st_ino = d->handle;
-        st.st_mode = type_bits(d->type);
-        const std::size_t need =
-            fuse_add_direntry(p.req, out.data() + used, out.size() - used, name.c_str(), &st,
-                              static_cast<off_t>(d->cookie + dots));
-        if (need > out.size() - used)
-            break; // the next READDIR starts at it
-        used += need;
-        at += (sizeof(*d) + d->name_len + 7) / 8 * 8;
-    }
-    if (used == 0 && r->eof == 0) {
-        // Neither an entry nor the end: an empty answer would end the listing.
-        gossip::error(gossip::Mask::dev, "READDIR tag {}: no entry and no end", p.tag);
-        replied(fuse_reply_err(p.req, EIO), "READDIR");
-        return;
-    }
-    replied(fuse_reply_buf(p.req, out.data(), used), "READDIR");
 }
 
 void FuseChannel::reply_statfs(Pending &p, std::span<const std::byte> body)

@@ -159,6 +159,8 @@ std::optional<Mount> sort_options(const Settings &s)
                     return std::nullopt;
                 }
                 attach += (attach.empty() ? "" : ",") + std::string(opt);
+            } else if (opt == "nordirplus" || opt == "rdirplus") {
+                m.fuse.readdirplus = opt == "rdirplus";
             } else if (opt == "noac") {
                 m.fuse.attr_timeout_file = m.fuse.attr_timeout_dir = m.fuse.entry_timeout = {};
             } else if ((key == "acregmin" || key == "acdirmin" || key == "actimeo") &&
@@ -283,9 +285,10 @@ int run(const Settings &s, const Mount &m, Background &bg)
     so.signal_fd = sig.get();
     so.on_signal = [&](int signo) {
         const bool stopping = signo != SIGUSR1;
-        gossip::info(gossip::Mask::pvfsd, "{}{} ops in flight (at most {} at once), {} cancelled",
-                     stopping ? fmt::format("signal {}: unmounting with ", signo) : "",
-                     handler.in_flight(), handler.peak_in_flight(), handler.cancels());
+        gossip::info(
+            gossip::Mask::pvfsd, "{}{} ops in flight (at most {} at once), {} cancelled; {}",
+            stopping ? fmt::format("signal {}: unmounting with ", signo) : "", handler.in_flight(),
+            handler.peak_in_flight(), handler.cancels(), channel.status());
         return stopping;
     };
     return pvfs::pvfsd::serve(channel, handler, *loop, so);
@@ -304,10 +307,10 @@ int run_main(int argc, char **argv)
     // -o is taken out of argv first (take_mount_options): as mount(8)'s,
     // it may come anywhere and many times.  Here for --help only.
     std::string help_only;
-    app.option(
-        "-o", help_only,
-        "mount options: hard, soft, softerr, timeo=T, retrans=N, key=FILE (as pvfs.ko's), "
-        "acregmin=, acdirmin=, actimeo=, noac; the others go to FUSE (ro, allow_other, ...)");
+    app.option("-o", help_only,
+               "mount options: hard, soft, softerr, timeo=T, retrans=N, key=FILE (as pvfs.ko's), "
+               "acregmin=, acdirmin=, actimeo=, noac, nordirplus; the others go to FUSE (ro, "
+               "allow_other, ...)");
     app.option("-c,--config", s.config, "the cluster config file instead of SOURCE");
     app.option("--key-file", s.key_file,
                "the key: a client key or the cluster key (default: the config's, "
@@ -323,7 +326,8 @@ int run_main(int argc, char **argv)
         .show_default()
         .range(1U, PVFSD_SLOTS_MAX);
     app.option("--slot-size", s.slot_size,
-               "bytes per data buffer (FUSE reads and writes are at most 1 MiB)")
+               "bytes per data buffer (FUSE reads and writes are at most 1 MiB, libfuse 3.14's "
+               "max_write)")
         .show_default()
         .range(1U << 20U, PVFSD_SLOT_SIZE_MAX);
     const std::vector<const char *> rest = take_mount_options(argc, argv, s.options);

@@ -7,13 +7,16 @@ OUT must hold data.csv, summary.md, summary.json and the plots; data.csv must
 have a positive result for every point and repetition of every phase;
 summary.json must have exactly one entry per target of the issue, each with
 numeric value and baseline and computed fields (ratio = value / baseline;
-met from the ratio or, for the absolute goals, from the value).  With
+met from the ratio or, for the absolute goals, from the value).  The FUSE
+phase's rows and targets must be there unless summary.json says why the
+phase was skipped (fuse_skipped, and a note in summary.md).  With
 --profiles, out/profiles/ must hold both perf profiles, linked from
 summary.md.  Prints every problem found and exits 1 if there is any.
 """
 
 import argparse
 import csv
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -32,10 +35,46 @@ COMPARE_PAIRS = 20
 FILES = ("data.csv", "pairs.csv", "summary.md", "summary.json", "invocations.csv", "cpu.csv", "bench.png",
          "mdtest.png")
 PROFILES = ("bench-C4-S4-write.txt", "mdtest-C1-create.txt")
+FUSE_GOAL = 0.50
+FUSE_SIDES = {"write": ("fuse", "library"), "read": ("fuse", "library"),
+              "ls -l": ("fuse", "library", "fuse-nordirplus")}
 
-def expected_targets():
-    """name -> (compare, goal text, bound)"""
+
+def fuse_state(out):
+    """(skipped reason or None, files per listed directory) from summary.json."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None, 200
+    if not isinstance(summary, dict):
+        return None, 200
+    skipped = summary.get("fuse_skipped")
+    if skipped is not None and (not isinstance(skipped, str) or not skipped):
+        problem(f"summary.json: fuse_skipped {skipped!r} is not a reason")
+    return skipped, 200 if summary.get("quick") else 1000
+
+
+def fuse_targets(files):
+    """name -> (compare, goal text, bound, the ratio's (op, on, off))"""
+    return {
+        "FUSE/library sequential write": ("ratio", ">= 0.50", FUSE_GOAL,
+                                          ("write", "fuse", "library")),
+        "FUSE/library sequential read": ("ratio", ">= 0.50", FUSE_GOAL,
+                                         ("read", "fuse", "library")),
+        f"FUSE/library ls -l of {files} files": ("ratio", ">= 0.50", FUSE_GOAL,
+                                                 ("ls -l", "fuse", "library")),
+        f"FUSE ls -l of {files} files, readdirplus on/off": ("ratio", ">= 1.00", 1.0,
+                                                             ("ls -l", "fuse",
+                                                              "fuse-nordirplus")),
+    }
+
+
+def expected_targets(fuse_files=None):
+    """name -> (compare, goal text, bound); the FUSE phase's unless
+    fuse_files is None (skipped)."""
     names = {}
+    if fuse_files is not None:
+        names.update({k: v[:3] for k, v in fuse_targets(fuse_files).items()})
     for op in ("write", "read"):
         for s in (2, 4):
             for c in CLIENTS:
@@ -95,9 +134,12 @@ def pair_median(pairs, what, op, c):
     return statistics.median(ratios) if ratios else None
 
 
-def paired_of(name, rows, pairs):
+def paired_of(name, rows, pairs, fuse_files):
     """For a target computed from pairs: the median ratio data.csv or
     pairs.csv gives; else (False, None)."""
+    if name.startswith("FUSE"):
+        op, on, off = fuse_targets(fuse_files)[name][3]
+        return True, paired_ratio(rows, ("fuse", "tmpfs", op, ""), on, off)
     if "reply cache" in name:
         op, c = name.split("s/s C=")[0], name.split("C=")[1].split(",")[0]
         return True, pair_median(pairs, "reply-cache", op, c)
@@ -111,7 +153,8 @@ def paired_of(name, rows, pairs):
 
 
 def check_summary(out):
-    expected = expected_targets()
+    skipped, files = fuse_state(out)
+    expected = expected_targets(None if skipped else files)
     rows = read_data(out)
     pairs = read_pairs(out)
     for feature in COMPARE_FEATURES:
@@ -141,7 +184,7 @@ def check_summary(out):
             problem(f"{name}: met is not a boolean")
         if not (positive(value) and positive(baseline)):
             continue
-        paired, want = paired_of(name, rows, pairs)
+        paired, want = paired_of(name, rows, pairs, files)
         if paired:
             # The median of the per-repetition ratios, not value / baseline.
             if want is None or not positive(ratio) or abs(ratio - want) > 1e-3 * want:
@@ -162,6 +205,10 @@ def check_data(out):
     if rows is None:
         return
     expect = {}  # (phase, what, target, op, clients, stripes) -> reps
+    if fuse_state(out)[0] is None:
+        for op, sides in FUSE_SIDES.items():
+            for side in sides:
+                expect[("fuse", "tmpfs", side, op, "", "")] = REPS
     for op in ("write", "read"):
         expect[("baseline", "tcp", "loopback", "stream", "", "")] = REPS
         for kind in ("tmpfs", "disk"):
@@ -220,6 +267,11 @@ def main():
         for section in ("## Targets", "## Baselines", "## What limits each figure"):
             if section not in md:
                 problem(f"summary.md has no {section!r} section")
+        skipped = fuse_state(args.out)[0]
+        if skipped is None and "## FUSE vs the library" not in md:
+            problem("summary.md has no FUSE section")
+        if skipped is not None and f"FUSE phase skipped: {skipped}" not in md:
+            problem("summary.md does not say why the FUSE phase was skipped")
         if "FAILED" in md:
             problem("summary.md reports a failure")
         for p in PROFILES if args.profiles else ():
