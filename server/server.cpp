@@ -549,18 +549,32 @@ void Server::log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &tex
 void Server::log_handshake_refusal(std::optional<std::uint32_t> id, const Client *client)
 {
     const auto now = std::chrono::steady_clock::now();
-    if (handshake_refusals_.size() > 4096)
-        handshake_refusals_.clear();
+    const auto due = [now](std::chrono::steady_clock::time_point last) {
+        return last == std::chrono::steady_clock::time_point{} ||
+               now - last >= std::chrono::minutes(1);
+    };
+    if (client == nullptr) {
+        Refusals &r = unknown_key_handshakes_;
+        if (!due(r.logged)) {
+            ++r.unlogged;
+            return;
+        }
+        gossip::warning(
+            Mask::server, "connection refused: unknown client key id {:08x}{}", id.value_or(0),
+            r.unlogged == 0 ? std::string()
+                            : fmt::format(" ({} more refused for unknown key ids since the last "
+                                          "such message)",
+                                          r.unlogged));
+        r.logged = now;
+        r.unlogged = 0;
+        return;
+    }
+    // Known keys only: at most as many entries as the table has keys.
     auto &last = handshake_refusals_[id.value_or(0)];
-    if (last != std::chrono::steady_clock::time_point{} && now - last < std::chrono::minutes(1))
+    if (!due(last))
         return;
     last = now;
-    if (client != nullptr)
-        gossip::warning(Mask::server, "connection refused: client key {} is revoked",
-                        client->name());
-    else
-        gossip::warning(Mask::server, "connection refused: unknown client key id {:08x}",
-                        id.value_or(0));
+    gossip::warning(Mask::server, "connection refused: client key {} is revoked", client->name());
 }
 
 void Server::reload_keys(const char *why)

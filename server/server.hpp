@@ -126,9 +126,12 @@ private:
     RefusalLog refusals_;          // misdirected or unbound
     RefusalLog key_refusals_;      // unknown, revoked or servers-only keys
     RefusalLog mismatch_refusals_; // envelope key not the connection's proved key
-    // Handshake refusals by key (the authenticator's lookup), at most one
-    // line a minute per key id.
+    // Handshake refusals (the authenticator's lookup): at most one line a
+    // minute per revoked key of the table, and one for all unknown key ids
+    // together, which a peer picks freely (one line per id let a flood of
+    // random ids log every connection).
     std::unordered_map<std::uint32_t, std::chrono::steady_clock::time_point> handshake_refusals_;
+    Refusals unknown_key_handshakes_;
     void log_handshake_refusal(std::optional<std::uint32_t> id, const Client *client);
     std::unordered_map<Reply *, std::unique_ptr<Reply>> replies_in_flight_;
     std::vector<std::unique_ptr<Reply>> free_replies_;

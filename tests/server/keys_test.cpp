@@ -258,6 +258,30 @@ ATF_TEST_CASE_BODY(other_keys_id_refused)
             "a key stopped working");
 }
 
+// Handshakes under 30 key ids the servers do not know, one connection
+// each: all refused, and one log line for them all (a peer picks the id
+// freely, so a line per id would let it flood the log).
+ATF_TEST_CASE_WITHOUT_HEAD(unknown_ids_logged_once);
+ATF_TEST_CASE_BODY(unknown_ids_logged_once)
+{
+    KeyedCluster cl({{"alpha"}});
+    const std::string strangers = cl.dir + "/strangers";
+    constexpr int count = 30;
+    for (int i = 0; i < count; ++i) {
+        const std::string name = fmt::format("stranger{}", i);
+        key_ok({"add", name, "--file", strangers, "--out", cl.key_path(name)});
+        require(probe(cl, cl.key_path(name)) == EACCES, name + "'s key was not refused");
+    }
+    require(probe(cl, cl.key_path("alpha")) == 0, "alpha stopped working");
+    const std::string log = cl.log();
+    std::size_t lines = 0;
+    for (auto at = log.find("connection refused: unknown client key id"); at != std::string::npos;
+         at = log.find("connection refused: unknown client key id", at + 1))
+        ++lines;
+    require(lines == 1,
+            fmt::format("{} refusals of unknown key ids logged {} lines: {}", count, lines, log));
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(revoked_within_seconds);
 ATF_TEST_CASE_BODY(revoked_within_seconds)
 {
@@ -633,6 +657,7 @@ ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, two_keys_each_work);
     ATF_ADD_TEST_CASE(tcs, other_keys_id_refused);
+    ATF_ADD_TEST_CASE(tcs, unknown_ids_logged_once);
     ATF_ADD_TEST_CASE(tcs, revoked_within_seconds);
     ATF_ADD_TEST_CASE(tcs, two_keys_one_loop);
     ATF_ADD_TEST_CASE(tcs, per_key_squash);
