@@ -422,7 +422,7 @@ ATF_TEST_CASE_BODY(takeover)
     // sized, 1 above the eager limit that a READY makes a direct send).
     constexpr int n_small = 4;
     constexpr std::size_t small = 4096;
-    constexpr std::size_t large = 100 * 1024;
+    constexpr std::size_t large = std::size_t{100} * 1024;
     std::vector<std::vector<std::byte>> into;
     std::vector<bmi::OpId> recvs;
     for (int i = 0; i <= n_small; ++i) {
@@ -472,7 +472,8 @@ ATF_TEST_CASE_BODY(takeover)
         fds.push_back(raw_connect(s.port()));
         // The server runs in this thread: write what the socket takes
         // (the rest is never read: the server closes first).
-        ::send(fds.back().get(), bytes.data(), std::min<std::size_t>(bytes.size(), 64 * 1024),
+        ::send(fds.back().get(), bytes.data(),
+               std::min<std::size_t>(bytes.size(), std::size_t{64} * 1024),
                MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     run_until(s, {&victim.bmi}, 300ms, [] { return false; });
@@ -516,7 +517,7 @@ ATF_TEST_CASE_BODY(takeover)
     // Meanwhile the victim writes its data.
     std::vector<std::vector<std::byte>> data;
     std::vector<bmi::OpId> sends;
-    std::mt19937 rng(25);
+    std::mt19937 rng(25); // NOLINT(cert-msc51-cpp): the same bytes every run
     for (int i = 0; i <= n_small; ++i) {
         data.emplace_back(i < n_small ? small : large);
         for (auto &b : data.back())
@@ -738,7 +739,7 @@ ATF_TEST_CASE_BODY(garbage)
     Server s;
     const proto::Key alice = make_key("alice", 1);
     s.table.add(alice);
-    std::mt19937 rng(1);
+    std::mt19937 rng(1); // NOLINT(cert-msc51-cpp): the same bytes every run
     std::vector<std::vector<std::byte>> inputs;
     for (int i = 0; i < 8; ++i) {
         std::vector<std::byte> g(1 + rng() % 600);
@@ -882,7 +883,7 @@ ATF_TEST_CASE_BODY(garbage_ib)
     };
     const std::string evil_text = "attacker's bytes";
     const auto evil = ib_message(ib::Msg::eager, 100, 0, std::as_bytes(std::span(evil_text)));
-    std::mt19937 rng(11);
+    std::mt19937 rng(11); // NOLINT(cert-msc51-cpp): the same bytes every run
     std::vector<std::byte> random(100);
     for (auto &b : random)
         b = static_cast<std::byte>(rng());

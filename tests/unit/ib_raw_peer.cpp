@@ -49,7 +49,7 @@ struct MrFree {
 struct IbRawPeer::State {
     std::function<void()> run;
     std::unique_ptr<rdma_event_channel, ChannelFree> channel;
-    std::vector<std::byte> memory = std::vector<std::byte>(2 * depth * buf_size);
+    std::vector<std::byte> memory = std::vector<std::byte>(std::size_t{2} * depth * buf_size);
     std::unique_ptr<ibv_pd, PdFree> pd;
     std::unique_ptr<ibv_mr, MrFree> mr;
     std::unique_ptr<ibv_cq, CqFree> cq;
@@ -84,9 +84,11 @@ struct IbRawPeer::State {
             const rdma_cm_event_type t = ev->event;
             if (t == RDMA_CM_EVENT_ESTABLISHED) {
                 ib::ConnectData cd;
+                // rdma_cm_event's param is a union; conn is this event's member.
+                const rdma_conn_param &cp =
+                    ev->param.conn; // NOLINT(cppcoreguidelines-pro-type-union-access)
                 const std::span<const std::byte> pdata(
-                    static_cast<const std::byte *>(ev->param.conn.private_data),
-                    ev->param.conn.private_data_len);
+                    static_cast<const std::byte *>(cp.private_data), cp.private_data_len);
                 if (ib::decode_connect(pdata, cd) == nullptr)
                     server_buf = cd.buf_size;
                 up = true;
