@@ -523,14 +523,10 @@ bool Server::key_allowed(const Origin &origin)
     return false;
 }
 
-void Server::log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &text)
+void Server::log_counted(Refusals &r, const std::string &text)
 {
-    // Logged once a minute per peer, with the count of those not logged, so
-    // a flood of them cannot flood the log.
-    constexpr std::size_t max_tracked_peers = 4096;
-    if (log.size() >= max_tracked_peers && !log.contains(peer))
-        log.clear();
-    Refusals &r = log[peer];
+    // Once a minute, with the count of those not logged, so that a flood
+    // of them cannot flood the log.
     const auto now = std::chrono::steady_clock::now();
     if (r.logged == std::chrono::steady_clock::time_point{} ||
         now - r.logged >= std::chrono::minutes(1)) {
@@ -546,35 +542,27 @@ void Server::log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &tex
     }
 }
 
+void Server::log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &text)
+{
+    // Per peer.
+    constexpr std::size_t max_tracked_peers = 4096;
+    if (log.size() >= max_tracked_peers && !log.contains(peer))
+        log.clear();
+    log_counted(log[peer], text);
+}
+
 void Server::log_handshake_refusal(std::optional<std::uint32_t> id, const Client *client)
 {
-    const auto now = std::chrono::steady_clock::now();
-    const auto due = [now](std::chrono::steady_clock::time_point last) {
-        return last == std::chrono::steady_clock::time_point{} ||
-               now - last >= std::chrono::minutes(1);
-    };
     if (client == nullptr) {
-        Refusals &r = unknown_key_handshakes_;
-        if (!due(r.logged)) {
-            ++r.unlogged;
-            return;
-        }
-        gossip::warning(
-            Mask::server, "connection refused: unknown client key id {:08x}{}", id.value_or(0),
-            r.unlogged == 0 ? std::string()
-                            : fmt::format(" ({} more refused for unknown key ids since the last "
-                                          "such message)",
-                                          r.unlogged));
-        r.logged = now;
-        r.unlogged = 0;
+        // All unknown ids share one line: a peer picks the id freely.
+        log_counted(
+            unknown_key_handshakes_,
+            fmt::format("connection refused: unknown client key id {:08x}", id.value_or(0)));
         return;
     }
     // Known keys only: at most as many entries as the table has keys.
-    auto &last = handshake_refusals_[id.value_or(0)];
-    if (!due(last))
-        return;
-    last = now;
-    gossip::warning(Mask::server, "connection refused: client key {} is revoked", client->name());
+    log_counted(handshake_refusals_[id.value_or(0)],
+                fmt::format("connection refused: client key {} is revoked", client->name()));
 }
 
 void Server::reload_keys(const char *why)

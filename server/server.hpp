@@ -91,6 +91,7 @@ private:
     // for that peer went to the log less than a minute ago (then it is
     // counted, and the count goes with the next line).
     static void log_refusal(RefusalLog &log, bmi::Addr peer, const std::string &text);
+    static void log_counted(Refusals &r, const std::string &text);
     // Whether the decoded request_ is for this server (docs/protocol.md
     // "Destination binding"); if not, it is logged (at most once a minute
     // per peer) and answered with EINVAL.
@@ -130,7 +131,7 @@ private:
     // minute per revoked key of the table, and one for all unknown key ids
     // together, which a peer picks freely (one line per id let a flood of
     // random ids log every connection).
-    std::unordered_map<std::uint32_t, std::chrono::steady_clock::time_point> handshake_refusals_;
+    std::unordered_map<std::uint32_t, Refusals> handshake_refusals_;
     Refusals unknown_key_handshakes_;
     void log_handshake_refusal(std::optional<std::uint32_t> id, const Client *client);
     std::unordered_map<Reply *, std::unique_ptr<Reply>> replies_in_flight_;
