@@ -379,6 +379,31 @@ void MetaService::apply_orphan_done(meta::WriteBatch &batch, Job &job)
     job.response = proto::OrphanDoneResponse{};
 }
 
+std::size_t MetaService::reclaims_due() const
+{
+    if (in_grace(Clock::now()))
+        return 0;
+    const std::uint64_t wall = realtime_ns();
+    const auto after = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(settings_.reclaim_after).count());
+    if (wall <= after)
+        return 0;
+    std::size_t due = 0;
+    std::uint64_t cookie = 0;
+    for (;;) {
+        std::vector<meta::Orphan> page;
+        bool eof = true;
+        if (store_.list_orphans(cookie, 1024, page, eof) != 0)
+            return due;
+        due += static_cast<std::size_t>(std::ranges::count_if(page, [&](const meta::Orphan &o) {
+            return o.state == meta::OrphanState::reclaim && o.since_ns <= wall - after;
+        }));
+        if (eof || page.empty())
+            return due;
+        cookie = page.back().handle;
+    }
+}
+
 void MetaService::sweep_holds(meta::WriteBatch &batch, Clock::time_point now)
 {
     if (in_grace(now))

@@ -51,6 +51,9 @@ struct MetaSettings {
     // A client's holds on open files go after this long without a request
     // from it; the grace after a restart is lease + 10 s.
     std::chrono::milliseconds lease{std::chrono::seconds(90)};
+    // Records of data objects to remove that no client finished for this
+    // long are due for the server's own reclaimer (at least the lease).
+    std::chrono::milliseconds reclaim_after{std::chrono::seconds(90)};
     std::size_t max_sessions = 65536;
     std::vector<MetaFault> faults;
     // The cluster's data servers: a layout a create or layout_set asks for
@@ -76,6 +79,10 @@ public:
     MetaService &operator=(MetaService &&) = delete;
 
     [[nodiscard]] static bool handles(proto::Op op) noexcept;
+    // Records of data objects still to remove that no client has finished
+    // for reclaim_after (none in the grace): the reclaimer's work (any
+    // thread).
+    [[nodiscard]] std::size_t reclaims_due() const;
 
     // Serves a request (its body may be moved from); `once` are its
     // exactly-once ids, if it has them.

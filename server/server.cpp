@@ -41,6 +41,31 @@ constexpr auto drain_time = std::chrono::seconds(5);
 // How long a server keeps trying to listen on a busy address.
 constexpr auto listen_retry_time = std::chrono::seconds(15);
 
+// How long a record of data objects to remove waits for a client before
+// the reclaimer takes it (config.hpp, reclaim_after_ms).
+std::chrono::milliseconds reclaim_after(const config::Defaults &d)
+{
+    return std::chrono::milliseconds(d.reclaim_after_ms != 0 ? d.reclaim_after_ms : d.lease_ms);
+}
+
+// The first scheme of this server's addresses that every data server has
+// an address of too: how its reclaimer reaches them.
+std::string reclaimer_method(const config::Cluster &cluster, const config::Server &me)
+{
+    const auto scheme = [](const std::string &url) { return url.substr(0, url.find(':')); };
+    for (const std::string &mine : me.addresses) {
+        const std::string s = scheme(mine);
+        const bool everywhere = std::ranges::all_of(cluster.servers, [&](const config::Server &o) {
+            return !o.data || std::ranges::any_of(o.addresses, [&](const std::string &a) {
+                return scheme(a) == s;
+            });
+        });
+        if (everywhere)
+            return s;
+    }
+    return "tcp";
+}
+
 std::int64_t realtime_ns()
 {
     timespec ts{};
@@ -230,6 +255,7 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         settings.data_servers = static_cast<std::uint32_t>(server->cluster_.data_servers().size());
         settings.max_sessions = server->cluster_.defaults.max_sessions;
         settings.lease = std::chrono::milliseconds(server->cluster_.defaults.lease_ms);
+        settings.reclaim_after = reclaim_after(server->cluster_.defaults);
         settings.group_commit = server->cluster_.defaults.group_commit;
         // Test-only: lose replies on purpose (docs/testing.md).  Read at
         // start, before the committer thread exists.
@@ -250,6 +276,23 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         }
         if (const int rc = b.watch_fd(server->meta_->event_fd()); rc != 0) {
             error = std::string("cannot watch the metadata committer: ") + errno_text(-rc);
+            return nullptr;
+        }
+        ReclaimerOptions ro;
+        ro.config_path = options.config_path;
+        ro.key_file = server->cluster_.key_file;
+        ro.method = reclaimer_method(server->cluster_, me);
+        ro.meta_index = mo.server_index;
+        ro.tick = std::clamp(reclaim_after(server->cluster_.defaults) / 4,
+                             std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
+        ro.request_timeout =
+            std::chrono::milliseconds(server->cluster_.defaults.request_timeout_ms);
+        try {
+            MetaService &meta = *server->meta_;
+            server->reclaimer_ =
+                std::make_unique<Reclaimer>(std::move(ro), [&meta] { return meta.reclaims_due(); });
+        } catch (const std::exception &e) {
+            error = std::string("reclaimer: ") + e.what();
             return nullptr;
         }
     }

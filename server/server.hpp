@@ -20,6 +20,7 @@
 #include "data_service.hpp"
 #include "key_table.hpp"
 #include "meta_service.hpp"
+#include "reclaimer.hpp"
 #include "pvfs/config.hpp"
 #include "pvfs/proto.hpp"
 #include "replay_guard.hpp"
@@ -120,6 +121,7 @@ private:
     bmi::ContextId ctx_ = 0;
     std::unique_ptr<DataService> data_;
     std::unique_ptr<MetaService> meta_;
+    std::unique_ptr<Reclaimer> reclaimer_; // after meta_: it asks meta_, so it goes first
     std::chrono::steady_clock::time_point started_;
     std::chrono::steady_clock::time_point keys_checked_{};
 

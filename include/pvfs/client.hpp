@@ -485,6 +485,14 @@ public:
     Task<int> co_close_each(std::vector<Handle> handles);
     int close_each(std::vector<Handle> handles);
     Task<int> co_renew();
+    // One renewal at metadata server `meta_index` whose hand-out of orphans
+    // to finish (data objects still to remove) is finished here: how many
+    // it handed, or a negative errno.  A record whose objects could not all
+    // be removed stays, to be handed out again a lease later.  The
+    // metadata server's own reclaimer (docs/metadata.md "Orphans and open
+    // references") calls it round after round.
+    int reclaim_round(std::uint32_t meta_index);
+    Task<int> co_reclaim_round(std::uint32_t meta_index);
 
     // ---- maintenance (pvfs-fsck) -------------------------------------------
     // Orphans of metadata server `meta_index` (root only): files unlinked

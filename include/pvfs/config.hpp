@@ -104,6 +104,13 @@ struct Defaults {
     // from it; after a restart the metadata server waits lease + 10 s for
     // holders to re-open before it reclaims unlinked files.
     std::uint32_t lease_ms = 90'000;
+    // The data objects of unlinked files are removed by the clients that
+    // close them; a record of objects still to remove that no client has
+    // finished for this long (a holder died, or nobody closed anything
+    // after a restart's grace) is finished by its metadata server itself.
+    // 0: the lease.  Never shorter than the lease: a record handed to a
+    // client is handed again only a lease later.
+    std::uint32_t reclaim_after_ms = 0;
     // Accepted connections a server keeps open, in all and per source
     // address (docs/bmi.md "Limits"); more are reset at accept.
     std::uint32_t max_connections = 4096;

@@ -629,8 +629,10 @@ Task<int> Client::co_unlink(Handle parent, std::string_view name)
     m.forget(r.handle);
     m.layouts.erase(r.handle);
     // orphaned: open somewhere; its last close removes the objects.
+    // The unlink is done either way: objects a data server could not
+    // remove now are what pvfs-fsck --repair removes.
     if (r.type == ObjectType::regular && r.nlink_after == 0 && !r.orphaned.value_or(false))
-        co_await m.remove_objects(r.handle, r.layout);
+        static_cast<void>(co_await m.remove_objects(r.handle, r.layout));
     co_return 0;
 }
 
@@ -665,7 +667,7 @@ Task<int> Client::co_rename(Handle old_parent, std::string_view old_name, Handle
         m.forget(r.replaced);
         if (r.replaced_type == ObjectType::regular && r.replaced_nlink_after == 0 &&
             !r.orphaned.value_or(false))
-            co_await m.remove_objects(r.replaced, r.layout);
+            static_cast<void>(co_await m.remove_objects(r.replaced, r.layout)); // as unlink
     }
     co_return 0;
 }

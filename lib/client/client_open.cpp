@@ -14,13 +14,20 @@ namespace pvfs::client {
 namespace {
 
 // Removes the data objects of files the server says are to go, then tells
-// it they went.
+// it they went.  A file whose objects could not all be removed keeps its
+// record, which the server hands out again a lease later (before, the
+// record went anyway and the objects were left for pvfs-fsck).
 Task<void> destroy(Client::Impl &m, std::size_t server, const std::vector<proto::Doomed> &doomed)
 {
     for (const proto::Doomed &d : doomed) {
         m.forget(d.handle);
         m.layouts.erase(d.handle);
-        co_await m.remove_objects(d.handle, d.layout);
+    }
+    const std::vector<int> removed = co_await m.remove_objects(doomed);
+    for (std::size_t i = 0; i < doomed.size(); ++i) {
+        const proto::Doomed &d = doomed[i];
+        if (removed[i] != 0)
+            continue;
         proto::OrphanDoneResponse r;
         proto::RequestBody request = proto::OrphanDoneRequest{d.handle};
         // If this fails the record stays and is handed out again.
@@ -32,7 +39,7 @@ Task<void> destroy(Client::Impl &m, std::size_t server, const std::vector<proto:
 // a close): ask again with renewals while any come, so that the many a
 // metadata server's grace leaves are finished by the first client that
 // closes a file after it, not one close's worth at a time for as long as
-// closes happen to follow (docs/metadata.md "Open bug").  Bounded, so that
+// closes happen to follow (docs/metadata.md "Who removes the data objects").  Bounded, so that
 // a close always returns.
 constexpr int max_drain_rounds = 64;
 Task<void> drain_doomed(Client::Impl &m, std::size_t server, bool handed)
@@ -236,6 +243,22 @@ Task<int> Client::co_renew()
     co_return first;
 }
 
+Task<int> Client::co_reclaim_round(std::uint32_t meta_index)
+{
+    Impl &m = *impl_;
+    if (m.client_id == 0)
+        co_return -EOPNOTSUPP;
+    if (meta_index >= m.meta_servers.size())
+        co_return -EINVAL;
+    const std::size_t server = m.meta_servers[meta_index];
+    proto::CloseResponse r;
+    proto::RequestBody request = proto::CloseRequest{m.client_id, {}};
+    if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
+        co_return rc;
+    co_await destroy(m, server, r.doomed);
+    co_return static_cast<int>(r.doomed.size());
+}
+
 Task<int> Client::co_list_orphans(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,
                                   std::vector<Orphan> &out, bool &eof)
 {
@@ -264,7 +287,8 @@ Task<int> Client::co_finish_orphan(Handle handle, const Layout &layout)
         co_return -EINVAL;
     m.forget(handle);
     m.layouts.erase(handle);
-    co_await m.remove_objects(handle, layout);
+    if (const int rc = co_await m.remove_objects(handle, layout); rc != 0)
+        co_return rc; // the record stays, for another try
     proto::OrphanDoneResponse r;
     proto::RequestBody request = proto::OrphanDoneRequest{handle};
     co_return co_await m.call_body(server, std::move(request), r);
@@ -298,6 +322,11 @@ int Client::close_each(std::vector<Handle> handles)
 int Client::renew()
 {
     return impl_->engine->wait(co_renew());
+}
+
+int Client::reclaim_round(std::uint32_t meta_index)
+{
+    return impl_->engine->wait(co_reclaim_round(meta_index));
 }
 
 int Client::list_orphans(std::uint32_t meta_index, std::uint64_t cookie, std::uint32_t max,

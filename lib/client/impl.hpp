@@ -17,10 +17,12 @@
 #include <cstring>
 #include <ctime>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "bmi/bmi.hpp"
 #include "engine.hpp"
@@ -471,27 +473,49 @@ struct Client::Impl {
         co_return co_await file_size(a.handle, a.layout, a.size);
     }
 
-    // Removes the data objects of a file whose last link went.
-    Task<void> remove_objects(Handle h, const Layout &layout)
+    // Removes the data objects of files whose last link went, all at once
+    // (a close's hand-out can name hundreds): per file, 0 or the first error
+    // of a data server (each one is logged).
+    Task<std::vector<int>> remove_objects(std::span<const proto::Doomed> files)
     {
-        std::vector<Rpc> rpcs(layout.stripe_count);
+        std::vector<Rpc> rpcs;
+        std::vector<std::size_t> file_of;
+        for (std::size_t f = 0; f < files.size(); ++f) {
+            const Layout &layout = files[f].layout;
+            for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
+                const std::uint32_t ds = layout::server_of_slot(layout, data_count(), slot);
+                if (ds >= data_servers.size())
+                    continue;
+                Rpc &r = rpcs.emplace_back();
+                r.server = data_servers[ds];
+                r.req.body = proto::RemoveObjectRequest{files[f].handle};
+                file_of.push_back(f);
+            }
+        }
         std::vector<Rpc *> ptrs;
-        for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
-            const std::uint32_t ds = layout::server_of_slot(layout, data_count(), slot);
-            if (ds >= data_servers.size())
+        ptrs.reserve(rpcs.size());
+        for (Rpc &r : rpcs)
+            ptrs.push_back(&r);
+        // A few per server at a time, as a striped read's pipeline.
+        co_await run(ptrs, 16);
+        std::vector<int> out(files.size(), 0);
+        for (std::size_t i = 0; i < rpcs.size(); ++i) {
+            const int rc = rpcs[i].result();
+            if (rc == 0)
                 continue;
-            rpcs[slot].server = data_servers[ds];
-            rpcs[slot].req.body = proto::RemoveObjectRequest{h};
-            ptrs.push_back(&rpcs[slot]);
+            const Handle h = files[file_of[i]].handle;
+            gossip::warning(Mask::client, "data object {:016x} on {} not removed ({})", h,
+                            urls[rpcs[i].server], error_text(rc));
+            if (out[file_of[i]] == 0)
+                out[file_of[i]] = rc;
         }
-        co_await run(ptrs);
-        for (const Rpc *r : ptrs) {
-            if (r->result() != 0)
-                gossip::warning(Mask::client,
-                                "data object {:016x} on {} not removed ({}); pvfs-fsck will "
-                                "find it",
-                                h, urls[r->server], error_text(r->result()));
-        }
+        co_return out;
+    }
+    Task<int> remove_objects(Handle h, const Layout &layout)
+    {
+        const proto::Doomed one{h, layout};
+        const std::vector<int> rc = co_await remove_objects(std::span(&one, 1));
+        co_return rc.front();
     }
 
     // ---- striped I/O -----------------------------------------------------

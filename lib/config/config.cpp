@@ -297,16 +297,28 @@ private:
 
     void read_defaults(const Value &d, Defaults &out)
     {
-        reject_unknown(d, "defaults", {"stripe_size",       "stripe_count",
-                                       "bulk_chunk",        "request_timeout",
-                                       "idle_timeout",      "root_squash",
-                                       "require_bound",     "durable_metadata",
-                                       "group_commit",      "session_ttl",
-                                       "max_sessions",      "lease",
-                                       "max_connections",   "max_connections_per_address",
-                                       "hello_timeout",     "frame_timeout",
-                                       "frame_min_rate",    "unexpected_total_bytes",
-                                       "early_total_bytes", "send_queue_bytes"});
+        reject_unknown(d, "defaults",
+                       {"stripe_size",
+                        "stripe_count",
+                        "bulk_chunk",
+                        "request_timeout",
+                        "idle_timeout",
+                        "root_squash",
+                        "require_bound",
+                        "durable_metadata",
+                        "group_commit",
+                        "session_ttl",
+                        "max_sessions",
+                        "lease",
+                        "reclaim_after",
+                        "max_connections",
+                        "max_connections_per_address",
+                        "hello_timeout",
+                        "frame_timeout",
+                        "frame_min_rate",
+                        "unexpected_total_bytes",
+                        "early_total_bytes",
+                        "send_queue_bytes"});
         if (const Value *v = member(d, "stripe_size")) {
             const std::uint32_t size =
                 require_size_in(*v, "defaults.stripe_size", min_stripe_size, max_stripe_size);
@@ -357,6 +369,14 @@ private:
             out.lease_ms = require_duration_ms(*v, "defaults.lease");
             if (out.lease_ms < 1000)
                 fail(*v, "defaults.lease", "shorter than 1 s");
+        }
+        if (const Value *v = member(d, "reclaim_after")) {
+            out.reclaim_after_ms = require_duration_ms(*v, "defaults.reclaim_after");
+            if (out.reclaim_after_ms < out.lease_ms)
+                fail(*v, "defaults.reclaim_after",
+                     fmt::format("shorter than the lease ({} ms): a record handed to a client "
+                                 "is handed again only a lease later",
+                                 out.lease_ms));
         }
         if (const Value *v = member(d, "max_sessions")) {
             const std::int64_t n = require_integer(*v, "defaults.max_sessions");
@@ -820,6 +840,8 @@ std::string to_toml(const Cluster &c)
     out += fmt::format("session_ttl = {}\n", detail::duration_toml(d.session_ttl_ms));
     out += fmt::format("max_sessions = {}\n", d.max_sessions);
     out += fmt::format("lease = {}\n", detail::duration_toml(d.lease_ms));
+    if (d.reclaim_after_ms != 0) // only when set: the hash of a cluster without it stays
+        out += fmt::format("reclaim_after = {}\n", detail::duration_toml(d.reclaim_after_ms));
     // The connection caps only when not the defaults: the text (and hash)
     // of a cluster that leaves them stays what it was before they existed.
     const Defaults plain;

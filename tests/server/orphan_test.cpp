@@ -385,7 +385,8 @@ ATF_TEST_CASE_BODY(holder_dies)
 ATF_TEST_CASE_WITHOUT_HEAD(fsck_and_orphans);
 ATF_TEST_CASE_BODY(fsck_and_orphans)
 {
-    test::Cluster cl = make_cluster("lease = \"3s\"\n");
+    // The server's own reclaimer stays out of the way: fsck finishes it.
+    test::Cluster cl = make_cluster("lease = \"3s\"\nreclaim_after = \"600s\"\n");
     const auto fsck = [&cl](const std::string &args) {
         const std::string cmd = std::string(PVFS_FSCK_BINARY) + " -c " + cl.files.config_path +
                                 " " + args + " >fsck.out 2>&1";
@@ -692,11 +693,12 @@ ATF_TEST_CASE_BODY(batched_close_meta_crash)
 // and closers are handed at most 16 a close.  One close by another client
 // finishes them all (libpvfs asks again while any come), so a cluster
 // whose load stops soon after a restart keeps no objects of deleted files
-// (docs/metadata.md "Open bug": vm/fault_test:kill_meta left 1840).
+// (docs/metadata.md "Who removes the data objects": kill_meta left 1840).
 ATF_TEST_CASE_WITHOUT_HEAD(grace_orphans_drained);
 ATF_TEST_CASE_BODY(grace_orphans_drained)
 {
-    test::Cluster cl = make_cluster("lease = \"3s\"\n");
+    // The clients' drain alone (server_reclaims has the server's).
+    test::Cluster cl = make_cluster("lease = \"3s\"\nreclaim_after = \"600s\"\n");
     constexpr unsigned count = 40;
     auto a = cl.connect();
     auto b = cl.connect();
@@ -727,6 +729,78 @@ ATF_TEST_CASE_BODY(grace_orphans_drained)
     require(left == 0, std::to_string(left) + " of 40 orphans left after one close");
     for (const Handle h : files)
         require(!has_object(*b, h), "an object of a finished orphan is still there");
+}
+
+// The rest of that bug: nobody closes anything after the grace.  The
+// metadata server's own reclaimer finishes the records a client has not
+// finished for reclaim_after (here the lease, 2 s), also when a data
+// server is down at first: a record whose objects it could not all remove
+// stays, and goes once the server is back.
+ATF_TEST_CASE_WITHOUT_HEAD(server_reclaims);
+ATF_TEST_CASE_BODY(server_reclaims)
+{
+    // 64 KiB stripes: every file has an object on both data servers.
+    test::Cluster cl{test::servers(1, 2),
+                     "request_timeout = \"3s\"\nlease = \"2s\"\nstripe_size = \"64KiB\"\n",
+                     test::fresh_attrs()};
+    constexpr unsigned count = 40;
+    auto a = cl.connect();
+    auto b = cl.connect();
+    std::vector<Handle> files;
+    Attr attr;
+    for (unsigned i = 0; i < count; ++i) {
+        files.push_back(make_file(*a, "o" + std::to_string(i), 60 + i));
+        require_rc(a->open(files.back(), client::Client::open_read, attr), 0, "open");
+    }
+    for (unsigned i = 0; i < count; ++i)
+        require_rc(b->unlink(root_handle, "o" + std::to_string(i)), 0, "unlink");
+    require(orphans(*b).size() == count, "not 40 held orphans");
+    const auto objects_left = [&](std::uint32_t data_index) {
+        std::size_t n = 0;
+        std::uint64_t cookie = 0;
+        for (;;) {
+            client::HandlePage page;
+            require_rc(b->list_objects(data_index, cookie, 1024, page), 0, "list_objects");
+            n += static_cast<std::size_t>(std::ranges::count_if(page.handles, [&](Handle h) {
+                return std::find(files.begin(), files.end(), h) != files.end();
+            }));
+            if (page.eof || page.handles.empty())
+                return n;
+            cookie = page.next_cookie;
+        }
+    };
+    require(objects_left(0) == count && objects_left(1) == count,
+            "objects missing: " + std::to_string(objects_left(0)) + " on data0, " +
+                std::to_string(objects_left(1)) + " on data1");
+    // Neither a nor b says anything to the metadata server from here on
+    // (list_orphans and list_objects are neither closes nor renewals).
+    cl.servers["meta0"]->stop(SIGKILL);
+    cl.start("meta0");
+    b = cl.connect();
+    // The grace is 12 s; the reclaimer must not touch anything in it.
+    std::this_thread::sleep_for(std::chrono::seconds(8));
+    require(orphans(*b).size() == count, "records went in the grace");
+    require(objects_left(1) == count, "objects went in the grace");
+    // data1 is down when the records come due: the reclaimer removes
+    // what it can, and every record stays.
+    cl.servers["data1"]->stop(SIGKILL);
+    const auto all_reclaim = [&] {
+        const auto list = orphans(*b);
+        return list.size() == count &&
+               std::ranges::all_of(list, [](const auto &o) { return o.state == 2; });
+    };
+    require(wait_for(all_reclaim, std::chrono::seconds(30)),
+            "the orphans were not released after the grace");
+    require(wait_for([&] { return objects_left(0) == 0; }, std::chrono::seconds(30)),
+            std::to_string(objects_left(0)) +
+                " objects on data0 left: the reclaimer did not act with no client closing");
+    require(orphans(*b).size() == count,
+            "records went while data1, which still has their objects, was down");
+    cl.start("data1");
+    require(wait_for([&] { return orphans(*b).empty(); }, std::chrono::seconds(30)),
+            std::to_string(orphans(*b).size()) + " of 40 records left after data1 came back");
+    const std::size_t left = objects_left(1);
+    require(left == 0, std::to_string(left) + " objects left on data1");
 }
 
 ATF_TEST_CASE_WITHOUT_HEAD(create_open);
@@ -1056,6 +1130,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, batched_close_meta_killed);
     ATF_ADD_TEST_CASE(tcs, batched_close_meta_crash);
     ATF_ADD_TEST_CASE(tcs, grace_orphans_drained);
+    ATF_ADD_TEST_CASE(tcs, server_reclaims);
     ATF_ADD_TEST_CASE(tcs, create_open);
     ATF_ADD_TEST_CASE(tcs, create_open_retried);
     ATF_ADD_TEST_CASE(tcs, close_without_commit);

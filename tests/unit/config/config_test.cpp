@@ -143,6 +143,7 @@ config::Cluster unusual_cluster()
     c.defaults.session_ttl_ms = 90'000;
     c.defaults.max_sessions = 7;
     c.defaults.lease_ms = 3000;
+    c.defaults.reclaim_after_ms = 45'000;
     c.defaults.max_connections = 100;
     c.defaults.max_connections_per_address = 5;
     c.defaults.hello_timeout_ms = 2500;
@@ -400,6 +401,8 @@ ATF_TEST_CASE_BODY(defaults_errors)
                  "t.toml:19: defaults.session_ttl: ", "shorter than 1 s");
     expect_error(defaults("session_ttl = 60"), "t.toml:19: defaults.session_ttl: ", "unit");
     expect_error(defaults("lease = \"500ms\""), "t.toml:19: defaults.lease: ", "shorter than 1 s");
+    expect_error(defaults("reclaim_after = \"60s\""),
+                 "t.toml:19: defaults.reclaim_after: ", "shorter than the lease (90000 ms)");
     expect_error(defaults("max_sessions = 0"),
                  "t.toml:19: defaults.max_sessions: ", "0 is not in 1 .. 16777216");
     expect_error(defaults("max_sessions = 16777217"),
