@@ -21,6 +21,7 @@
 #include <ctime>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -94,6 +95,16 @@ ClusterFiles write_cluster_at(const fs::path &dir, const std::vector<ServerSpec>
     std::string text = fmt::format("[filesystem]\nname = \"testfs\"\nid = 4242\nkey_file = "
                                    "\"{}\"\n\n[defaults]\n{}\n",
                                    f.key_path, extra_defaults);
+    // free_port releases its socket, so the kernel may hand the same port
+    // out again: each server of one config needs its own.
+    std::set<std::uint16_t> taken;
+    const auto own_port = [&taken] {
+        for (int attempt = 0; attempt < 100; ++attempt) {
+            if (const std::uint16_t p = free_port(); taken.insert(p).second)
+                return p;
+        }
+        throw std::runtime_error("no free port after 100 tries");
+    };
     for (std::size_t i = 0; i < specs.size(); ++i) {
         const ServerSpec &s = specs[i];
         std::string roles;
@@ -102,7 +113,7 @@ ClusterFiles write_cluster_at(const fs::path &dir, const std::vector<ServerSpec>
         if (s.data)
             roles += std::string(roles.empty() ? "" : ", ") + "\"data\"";
         const std::string address =
-            addresses != nullptr ? (*addresses)[i] : fmt::format("tcp://127.0.0.1:{}", free_port());
+            addresses != nullptr ? (*addresses)[i] : fmt::format("tcp://127.0.0.1:{}", own_port());
         text += fmt::format("[[server]]\nname = \"{}\"\naddresses = [\"{}\"]\n"
                             "roles = [{}]\nstorage = \"{}\"\n{}\n\n",
                             s.name, address, roles, (f.dir / s.name).string(), s.toml);
