@@ -50,6 +50,8 @@ struct Settings {
     std::string debug;
     std::string pid_file;
     bool foreground = false;
+    std::string metrics_file;
+    std::string metrics_interval;
     unsigned slots = 16;
     unsigned slot_size = 1U << 20U;
 };
@@ -258,8 +260,16 @@ int run(const Settings &s, const Mount &m, Background &bg)
     pvfs::fuse::FuseChannel channel(m.fuse);
     // Over ib the servers move data by RDMA of the slots.
     loop->register_memory(channel.slots());
+    const std::unique_ptr<pvfs::pvfsd::DaemonMetrics> metrics =
+        pvfs::pvfsd::DaemonMetrics::from_options("pvfs-fuse", s.metrics_file, s.metrics_interval,
+                                                 error);
+    if (!error.empty()) {
+        std::fprintf(stderr, "pvfs-fuse: %s\n", error.c_str());
+        return 1;
+    }
     pvfs::pvfsd::HandlerOptions ho;
     ho.key_file = s.key_file;
+    ho.metrics = metrics.get();
     pvfs::pvfsd::Handler handler(ho, loop, channel);
     if (channel.attach(handler, *loop, error) != 0) {
         std::fprintf(stderr, "pvfs-fuse: %s\n", error.c_str());
@@ -322,6 +332,10 @@ int run_main(int argc, char **argv)
                "syslog; stderr in the foreground)");
     app.option("--debug", s.debug, "debug masks, e.g. pvfsd,dev,client (default: $PVFS_DEBUG)");
     app.option("--pid-file", s.pid_file, "write the serving process's pid here once mounted");
+    app.option("--metrics-file", s.metrics_file,
+               "write metrics in the Prometheus text format to this file (default: none)");
+    app.option("--metrics-interval", s.metrics_interval,
+               "rewrite the metrics file this often, e.g. 10s or 500ms (default: 10s)");
     app.option("--slots", s.slots, "data buffers, one per READ or WRITE in flight")
         .show_default()
         .range(1U, PVFSD_SLOTS_MAX);

@@ -30,6 +30,17 @@ constexpr unsigned renewals_per_lease = 3;
 Handler::Handler(HandlerOptions options, std::shared_ptr<client::Loop> loop, Channel &channel)
     : options_(std::move(options)), loop_(std::move(loop)), channel_(channel)
 {
+    if (options_.metrics == nullptr)
+        return;
+    // Read when the file is written, from run_timers: this handler is alive.
+    metrics::Registry &r = options_.metrics->registry();
+    const metrics::Labels labels = options_.metrics->labels();
+    r.gauge_fn("pvfs_client_upcalls_in_flight", "Upcalls being answered now.", labels,
+               [this] { return static_cast<std::int64_t>(in_flight()); });
+    r.gauge_fn("pvfs_client_mounts", "Mounts attached.", labels,
+               [this] { return static_cast<std::int64_t>(mounts()); });
+    r.counter_fn("pvfs_client_cancels_total", "Upcalls the kernel cancelled.", labels,
+                 [this] { return static_cast<std::uint64_t>(cancels()); });
 }
 
 Handler::~Handler()
@@ -77,6 +88,8 @@ void Handler::start(Upcall up)
     }
     auto op = std::make_unique<Op>(*this, std::move(up));
     Op &o = *op;
+    if (options_.metrics != nullptr)
+        o.arrived_ns = metrics::monotonic_ns();
     ops_.emplace(tag, std::move(op));
     const auto common = o.up.body<pvfsd_req_common>();
     const Credentials cred = common ? credentials_of(*common) : Credentials{};
@@ -123,8 +136,11 @@ std::vector<std::vector<std::byte>> Handler::take_finished()
             finished_last_ = nullptr;
         const std::unique_ptr<Op> op = std::move(ops_.extract(first->up.tag()).mapped());
         std::vector<std::byte> reply = op->task.result();
-        if (!reply.empty())
-            out.push_back(std::move(reply));
+        if (reply.empty())
+            continue;
+        if (options_.metrics != nullptr && op->arrived_ns != 0)
+            options_.metrics->answered(reply, op->arrived_ns);
+        out.push_back(std::move(reply));
     }
     return out;
 }
@@ -205,6 +221,8 @@ void Handler::run_timers()
         resume_parked(op);
     }
     start_renewals();
+    if (options_.metrics != nullptr)
+        options_.metrics->tick(now);
 }
 
 Task<void> Handler::renew(Renewal &r)

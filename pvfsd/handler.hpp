@@ -5,6 +5,7 @@
 #pragma once
 
 #include "channel.hpp"
+#include "daemon_metrics.hpp"
 #include "mount_options.hpp"
 #include "open_table.hpp"
 #include "upcall.hpp"
@@ -31,6 +32,10 @@ struct HandlerOptions {
     // Benchmarks only (--no-exactly-once): the mounts' clients open no
     // session, so changes carry no reply-cache ids and OPEN holds nothing.
     bool exactly_once = true;
+    // Counts each upcall's answer and writes the file from run_timers
+    // (--metrics-file); null: none kept, nothing timed.  Outlives the
+    // handler.
+    DaemonMetrics *metrics = nullptr;
 };
 
 // Every upcall runs as a task on one client::Loop: any number are in flight
@@ -79,6 +84,7 @@ private:
         // requests point to (Loop::set_context): lives as long as the task.
         client::OnceOp once;
         Task<std::vector<std::byte>> task;
+        std::uint64_t arrived_ns = 0; // for the metrics; 0: not timed
         bool done = false;
         // The kernel cancelled it, or (an ATTACH) its mount went.
         bool cancelled = false;

@@ -18,8 +18,11 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <system_error>
 
 namespace {
 
@@ -35,6 +38,8 @@ struct Settings {
     bool foreground = false;
     // Benchmarks only: what exactly-once costs, measured against this.
     bool no_exactly_once = false;
+    std::string metrics_file;
+    std::string metrics_interval;
 };
 
 int run(const Settings &s)
@@ -62,9 +67,17 @@ int run(const Settings &s)
     // Registered once (over ib): the servers read and write these buffers
     // by RDMA, and no mount's I/O registers memory of its own.
     loop->register_memory(channel->slots());
+    const std::unique_ptr<pvfs::pvfsd::DaemonMetrics> metrics =
+        pvfs::pvfsd::DaemonMetrics::from_options("pvfsd", s.metrics_file, s.metrics_interval,
+                                                 error);
+    if (!error.empty()) {
+        gossip::error(gossip::Mask::pvfsd, "{}", error);
+        return 1;
+    }
     pvfs::pvfsd::HandlerOptions ho;
     ho.key_file = s.key_file;
     ho.exactly_once = !s.no_exactly_once;
+    ho.metrics = metrics.get();
     if (s.no_exactly_once)
         gossip::warning(gossip::Mask::pvfsd,
                         "--no-exactly-once (benchmarks only): a retried change may run twice, "
@@ -130,6 +143,10 @@ int run_main(int argc, char **argv)
                "else syslog)");
     app.option("--debug", s.debug, "debug masks, e.g. pvfsd,dev,client (default: $PVFS_DEBUG)");
     app.option("--pid-file", s.pid_file, "write the daemon's pid here");
+    app.option("--metrics-file", s.metrics_file,
+               "write metrics in the Prometheus text format to this file (default: none)");
+    app.option("--metrics-interval", s.metrics_interval,
+               "rewrite the metrics file this often, e.g. 10s or 500ms (default: 10s)");
     app.option("--slot-size", s.device.slot_size, "bytes per data slot, a power of two")
         .show_default()
         .range(PVFSD_SLOT_SIZE_MIN, PVFSD_SLOT_SIZE_MAX);
@@ -170,6 +187,15 @@ int run_main(int argc, char **argv)
         }
     } else if (!s.foreground) {
         gossip::log_to_syslog("pvfsd");
+    }
+    if (!s.metrics_file.empty()) {
+        // Before daemonize's chdir("/"): relative to where pvfsd was started.
+        std::error_code ec;
+        s.metrics_file = std::filesystem::absolute(s.metrics_file, ec).string();
+        if (ec) {
+            std::fprintf(stderr, "pvfsd: --metrics-file: %s\n", ec.message().c_str());
+            return 2;
+        }
     }
     if (!s.foreground && !daemonize(s.pid_file)) {
         std::fprintf(stderr, "pvfsd: cannot become a daemon: %s\n", strerrordesc_np(errno));

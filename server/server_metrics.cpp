@@ -13,7 +13,6 @@
 
 #include "data_service.hpp"
 #include "meta_service.hpp"
-#include "pvfs/gossip.hpp"
 
 #ifndef PVFS_VERSION
 #define PVFS_VERSION "unknown"
@@ -21,29 +20,9 @@
 
 namespace pvfs::server {
 
-namespace {
-
-using gossip::Mask;
-
-constexpr const char *requests_help =
-    "Requests answered, by op (counted when the answer is sent, errors included).";
-constexpr const char *errors_help =
-    "Requests answered with an error, by op and errno (E2BIG..., or a number).";
-constexpr const char *latency_help =
-    "Seconds from a request's arrival to the send of its answer, by op.";
-
-std::string errno_label(std::size_t error)
-{
-    if (const char *name = ::strerrorname_np(static_cast<int>(error)))
-        return name;
-    return std::to_string(error);
-}
-
-} // namespace
-
 ServerMetrics::ServerMetrics(const config::Server &self, std::string path,
                              std::chrono::milliseconds interval)
-    : server_(self.name), path_(std::move(path)), interval_(interval)
+    : server_(self.name), file_(registry_, std::move(path), interval)
 {
     for (std::uint16_t v = 1; v <= proto::op_count; ++v) {
         const auto op = static_cast<proto::Op>(v);
@@ -93,79 +72,23 @@ ServerMetrics::ServerMetrics(const config::Server &self, std::string path,
         .set(static_cast<std::int64_t>(std::time(nullptr)));
 }
 
-ServerMetrics::~ServerMetrics()
-{
-    if (written_)
-        static_cast<void>(::unlink(path_.c_str()));
-}
+ServerMetrics::~ServerMetrics() = default;
 
-std::uint64_t ServerMetrics::now_ns() noexcept
-{
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000U +
-           static_cast<std::uint64_t>(ts.tv_nsec) + 1;
-}
-
-ServerMetrics::PerOp &ServerMetrics::per_op(proto::Op op)
+metrics::OpSeries &ServerMetrics::per_op(proto::Op op)
 {
     auto index = static_cast<std::size_t>(op);
     if (index >= ops_.size())
         index = 0;
-    PerOp &p = ops_[index];
-    if (p.requests == nullptr) {
-        metrics::Labels l = labels();
-        l.emplace_back("op", proto::op_name(op));
-        p.latency = &registry_.histogram("pvfs_server_request_duration_seconds", latency_help, l);
-        p.requests = &registry_.counter("pvfs_server_requests_total", requests_help, std::move(l));
-    }
-    return p;
+    if (!ops_[index])
+        ops_[index] = std::make_unique<metrics::OpSeries>(registry_, "pvfs_server", labels(),
+                                                          proto::op_name(op));
+    return *ops_[index];
 }
 
 void ServerMetrics::answered(proto::Op op, int status, std::uint64_t arrived_ns)
 {
-    PerOp &p = per_op(op);
     const std::uint64_t now = now_ns();
-    p.latency->observe_ns(now > arrived_ns ? now - arrived_ns : 0);
-    p.requests->add();
-    if (status == 0)
-        return;
-    const std::size_t e = status > 0 && static_cast<std::size_t>(status) < max_errno
-                              ? static_cast<std::size_t>(status)
-                              : max_errno;
-    if (p.errors[e] == nullptr) {
-        // Made on the first error of its kind only: the rest are one add.
-        metrics::Labels l = labels();
-        l.emplace_back("op", proto::op_name(op));
-        l.emplace_back("errno", e == max_errno ? std::string("other") : errno_label(e));
-        p.errors[e] = &registry_.counter("pvfs_server_errors_total", errors_help, std::move(l));
-    }
-    p.errors[e]->add();
-}
-
-int ServerMetrics::write(std::string &error)
-{
-    const int rc = metrics::write_file_atomically(path_, registry_.render(), error);
-    written_ = written_ || rc == 0;
-    return rc;
-}
-
-void ServerMetrics::tick(std::chrono::steady_clock::time_point now)
-{
-    if (now < next_write_)
-        return;
-    next_write_ = now + interval_;
-    std::string error;
-    if (write(error) != 0) {
-        if (!failing_)
-            gossip::error(Mask::server, "metrics file not written (tried every {} ms): {}",
-                          interval_.count(), error);
-        failing_ = true;
-        return;
-    }
-    if (failing_)
-        gossip::warning(Mask::server, "metrics file {} written again", path_);
-    failing_ = false;
+    per_op(op).answered(now > arrived_ns ? now - arrived_ns : 0, status);
 }
 
 bool resolve_metrics_options(const config::Server &self, const std::string &cli_file,

@@ -15,6 +15,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core.hpp"
@@ -40,7 +41,7 @@ public:
     ServerMetrics &operator=(ServerMetrics &&) = delete;
 
     // CLOCK_MONOTONIC in nanoseconds: when a request arrived (never 0).
-    [[nodiscard]] static std::uint64_t now_ns() noexcept;
+    [[nodiscard]] static std::uint64_t now_ns() noexcept { return metrics::monotonic_ns(); }
 
     // A response to a request of `op` that arrived at `arrived_ns` goes out
     // with `status` (0 or a positive errno).
@@ -57,32 +58,22 @@ public:
     [[nodiscard]] metrics::Labels labels() const { return {{"server", server_}}; }
 
     // Writes the file now: 0, or a positive errno with `error` set.
-    int write(std::string &error);
+    int write(std::string &error) { return file_.write(error); }
     // Writes the file when an interval has passed since the last write;
     // failures are logged once until a write succeeds again.
-    void tick(std::chrono::steady_clock::time_point now);
+    void tick(std::chrono::steady_clock::time_point now) { file_.tick(now); }
 
-    [[nodiscard]] const std::string &path() const noexcept { return path_; }
+    [[nodiscard]] const std::string &path() const noexcept { return file_.path(); }
 
 private:
-    // errno values with a series of their own; larger ones share one.
-    static constexpr std::size_t max_errno = 134;
-    struct PerOp {
-        metrics::Counter *requests = nullptr;
-        metrics::Histogram *latency = nullptr;
-        std::array<metrics::Counter *, max_errno + 1> errors{};
-    };
-    PerOp &per_op(proto::Op op);
+    metrics::OpSeries &per_op(proto::Op op);
 
     std::string server_;
-    std::string path_;
-    std::chrono::milliseconds interval_;
-    std::chrono::steady_clock::time_point next_write_{};
-    bool failing_ = false;
-    bool written_ = false; // the file is ours to remove
     metrics::Registry registry_;
-    std::array<PerOp, proto::op_count + 1> ops_{}; // index: the op's value, 0 for unknown
-    metrics::Counter *bytes_read_ = nullptr;       // null without the data role
+    metrics::MetricsFile file_; // after registry_, which it renders
+    // index: the op's value, 0 for unknown
+    std::array<std::unique_ptr<metrics::OpSeries>, proto::op_count + 1> ops_{};
+    metrics::Counter *bytes_read_ = nullptr; // null without the data role
     metrics::Counter *bytes_written_ = nullptr;
     std::array<metrics::Counter *, static_cast<std::size_t>(Dropped::count)> dropped_{};
 };

@@ -24,6 +24,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -152,6 +153,58 @@ private:
 
     mutable std::mutex mutex_;
     std::map<std::string, Family, std::less<>> families_;
+};
+
+// CLOCK_MONOTONIC in nanoseconds, never 0 (0 can mean "not timed").
+[[nodiscard]] std::uint64_t monotonic_ns() noexcept;
+
+// The series of one kind of request: PREFIX_requests_total (answers,
+// errors included), PREFIX_request_duration_seconds (from its arrival to
+// its answer) and PREFIX_errors_total by errno (E2BIG..., or "other"),
+// each with `labels` and op=OP.  An errno's series is made on its first
+// error; after that an answer is one or two relaxed atomic adds.
+class OpSeries {
+public:
+    OpSeries(Registry &registry, std::string_view prefix, Labels labels, std::string_view op);
+    // An answer `ns` nanoseconds after the request arrived, with `error` (0
+    // or a positive errno).
+    void answered(std::uint64_t ns, int error);
+
+private:
+    static constexpr std::size_t max_errno = 134; // larger ones share "other"
+    Registry &registry_;
+    std::string errors_name_;
+    Labels labels_; // with op
+    Counter &requests_;
+    Histogram &latency_;
+    std::array<Counter *, max_errno + 1> errors_{};
+};
+
+// A registry's file, rewritten every interval (write_file_atomically) and
+// removed when this goes, if it ever wrote it.
+class MetricsFile {
+public:
+    MetricsFile(const Registry &registry, std::string path, std::chrono::milliseconds interval);
+    ~MetricsFile();
+    MetricsFile(const MetricsFile &) = delete;
+    MetricsFile &operator=(const MetricsFile &) = delete;
+    MetricsFile(MetricsFile &&) = delete;
+    MetricsFile &operator=(MetricsFile &&) = delete;
+
+    // Writes now: 0, or a positive errno with `error` set.
+    int write(std::string &error);
+    // Writes when an interval has passed since the last try; a failure is
+    // logged once until a write succeeds again.
+    void tick(std::chrono::steady_clock::time_point now);
+    [[nodiscard]] const std::string &path() const noexcept { return path_; }
+
+private:
+    const Registry &registry_;
+    std::string path_;
+    std::chrono::milliseconds interval_;
+    std::chrono::steady_clock::time_point next_write_{};
+    bool failing_ = false;
+    bool written_ = false; // the file is ours to remove
 };
 
 // Prometheus escaping: a label value escapes backslash, double quote and

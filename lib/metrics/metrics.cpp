@@ -5,15 +5,20 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <ctime>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "pvfs/gossip.hpp"
 #include "pvfs/unique_fd.hpp"
 
 namespace pvfs::metrics {
@@ -341,6 +346,101 @@ int write_file_atomically(const std::string &path, std::string_view text, std::s
         return fail(path);
     error.clear();
     return 0;
+}
+
+std::uint64_t monotonic_ns() noexcept
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000U +
+           static_cast<std::uint64_t>(ts.tv_nsec) + 1;
+}
+
+namespace {
+
+constexpr const char *requests_help =
+    "Requests answered, by op (counted when the answer is sent, errors included).";
+constexpr const char *errors_help =
+    "Requests answered with an error, by op and errno (E2BIG..., or a number).";
+constexpr const char *latency_help =
+    "Seconds from a request's arrival to the send of its answer, by op.";
+
+Labels with_op(Labels labels, std::string_view op)
+{
+    labels.emplace_back("op", std::string(op));
+    return labels;
+}
+
+std::string errno_label(std::size_t error)
+{
+    if (const char *name = ::strerrorname_np(static_cast<int>(error)))
+        return name;
+    return std::to_string(error);
+}
+
+} // namespace
+
+OpSeries::OpSeries(Registry &registry, std::string_view prefix, Labels labels, std::string_view op)
+    : registry_(registry), errors_name_(std::string(prefix) + "_errors_total"),
+      labels_(with_op(std::move(labels), op)),
+      requests_(registry.counter(std::string(prefix) + "_requests_total", requests_help, labels_)),
+      latency_(registry.histogram(std::string(prefix) + "_request_duration_seconds", latency_help,
+                                  labels_))
+{
+}
+
+void OpSeries::answered(std::uint64_t ns, int error)
+{
+    latency_.observe_ns(ns);
+    requests_.add();
+    if (error == 0)
+        return;
+    const std::size_t e = error > 0 && static_cast<std::size_t>(error) < max_errno
+                              ? static_cast<std::size_t>(error)
+                              : max_errno;
+    if (errors_[e] == nullptr) {
+        Labels l = labels_;
+        l.emplace_back("errno", e == max_errno ? std::string("other") : errno_label(e));
+        errors_[e] = &registry_.counter(errors_name_, errors_help, std::move(l));
+    }
+    errors_[e]->add();
+}
+
+MetricsFile::MetricsFile(const Registry &registry, std::string path,
+                         std::chrono::milliseconds interval)
+    : registry_(registry), path_(std::move(path)), interval_(interval)
+{
+}
+
+MetricsFile::~MetricsFile()
+{
+    if (written_)
+        static_cast<void>(::unlink(path_.c_str()));
+}
+
+int MetricsFile::write(std::string &error)
+{
+    const int rc = write_file_atomically(path_, registry_.render(), error);
+    written_ = written_ || rc == 0;
+    return rc;
+}
+
+void MetricsFile::tick(std::chrono::steady_clock::time_point now)
+{
+    if (now < next_write_)
+        return;
+    next_write_ = now + interval_;
+    std::string error;
+    if (write(error) != 0) {
+        if (!failing_)
+            gossip::error(gossip::Mask::none, "metrics file not written (tried every {} ms): {}",
+                          interval_.count(), error);
+        failing_ = true;
+        return;
+    }
+    if (failing_)
+        gossip::warning(gossip::Mask::none, "metrics file {} written again", path_);
+    failing_ = false;
 }
 
 } // namespace pvfs::metrics

@@ -19,12 +19,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <span>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -97,8 +101,17 @@ struct Rig {
                           "stripe_size = \"64KiB\"\nrequest_timeout = \"10s\"\n"};
     std::shared_ptr<client::Loop> loop = make_loop();
     pvfsd::MemoryChannel channel{slot_count, slot_size};
+    std::unique_ptr<pvfsd::DaemonMetrics> metrics; // before handler, which is given it
     std::unique_ptr<pvfsd::Handler> handler = make_handler();
     std::uint64_t next_tag = 1;
+
+    Rig() = default;
+    // With metrics written to `metrics_file`.
+    explicit Rig(const std::string &metrics_file)
+        : metrics(std::make_unique<pvfsd::DaemonMetrics>("pvfsd", metrics_file,
+                                                         std::chrono::seconds(10)))
+    {
+    }
 
     static std::shared_ptr<client::Loop> make_loop()
     {
@@ -111,6 +124,7 @@ struct Rig {
     {
         pvfsd::HandlerOptions o;
         o.key_file = cluster.files.key_path;
+        o.metrics = metrics.get();
         return std::make_unique<pvfsd::Handler>(o, loop, channel);
     }
 
@@ -441,9 +455,78 @@ ATF_TEST_CASE_BODY(serve_runs_a_channel)
                      "the directory serve() made");
 }
 
+// The metrics file (--metrics-file) counts each upcall's answer by op and
+// errno, times it, and counts the bytes of READ and WRITE; bad options are
+// refused at start.
+ATF_TEST_CASE_WITHOUT_HEAD(metrics);
+ATF_TEST_CASE_BODY(metrics)
+{
+    std::string error;
+    const auto refused = [&](const std::string &file, const std::string &interval,
+                             const std::string &why) {
+        const auto m = pvfsd::DaemonMetrics::from_options("pvfsd", file, interval, error);
+        require(m == nullptr && error.find(why) != std::string::npos,
+                "--metrics-file '" + file + "' --metrics-interval '" + interval +
+                    "': not refused with '" + why + "' but '" + error + "'");
+    };
+    refused("", "5s", "without --metrics-file");
+    refused("m.prom", "5ms", "out of range");
+    refused("m.prom", "5", "unit");
+    refused("a\nb.prom", "", "control character");
+    refused("/tmp/", "", "names a directory");
+    refused("/nonexistent-dir/m.prom", "", "metrics file");
+    require(pvfsd::DaemonMetrics::from_options("pvfsd", "", "", error) == nullptr && error.empty(),
+            "no --metrics-file is not 'no metrics'");
+
+    const std::string path = std::filesystem::current_path() / "pvfsd.prom";
+    {
+        Rig rig(path);
+        rig.attach();
+        require_status(rig.lookup(root_handle, "nothing"), -ENOENT, "LOOKUP of a missing name");
+        pvfsd_create_req c{};
+        c.common = common(0);
+        c.parent = root_handle;
+        c.name_len = 4;
+        c.mode = 0640;
+        c.exclusive = 1;
+        const Reply created = rig.call(PVFSD_OP_CREATE, c, "file");
+        require_status(created, 0, "CREATE");
+        const Handle file = created.as<pvfsd_create_resp>().attr.handle;
+        std::ranges::copy(test::pattern(slot_size, 1), rig.slot(0).begin());
+        require_status(rig.io(PVFSD_OP_WRITE, file, 0, slot_size, 0), 0, "WRITE");
+        require_status(rig.io(PVFSD_OP_READ, file, 100, 1500, 1), 0, "READ");
+        require_status(rig.io(PVFSD_OP_READ, file, 200, 1500, 2), 0, "READ");
+        require(rig.metrics->write(error) == 0, "metrics write: " + error);
+        std::stringstream text;
+        text << std::ifstream(path).rdbuf();
+        const std::string t = text.str();
+        std::array<char, 256> host{};
+        require(::gethostname(host.data(), host.size() - 1) == 0, "gethostname");
+        const std::string who = std::string("daemon=\"pvfsd\",host=\"") + host.data() + "\"";
+        const auto has = [&](const std::string &line) {
+            require(t.find("\n" + line + "\n") != std::string::npos,
+                    "no line '" + line + "' in:\n" + t.substr(0, 1500));
+        };
+        has("pvfs_client_requests_total{" + who + ",op=\"LOOKUP\"} 1");
+        has("pvfs_client_errors_total{" + who + ",op=\"LOOKUP\",errno=\"ENOENT\"} 1");
+        has("pvfs_client_requests_total{" + who + ",op=\"READ\"} 2");
+        has("pvfs_client_request_duration_seconds_count{" + who + ",op=\"WRITE\"} 1");
+        has("pvfs_client_data_bytes_total{" + who + ",direction=\"write\"} " +
+            std::to_string(slot_size));
+        has("pvfs_client_data_bytes_total{" + who + ",direction=\"read\"} 3000");
+        has("pvfs_client_requests_total{" + who + ",op=\"STATFS\"} 0");
+        has("pvfs_client_mounts{" + who + "} 1");
+        has("pvfs_client_upcalls_in_flight{" + who + "} 0");
+        require(t.find("errno=\"ENOENT\"} 1") == t.rfind("errno=\"ENOENT\"} 1"),
+                "an ENOENT counted for another op too:\n" + t);
+    }
+    require(!std::filesystem::exists(path), "the metrics file stayed after the daemon went");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, file_ops);
     ATF_ADD_TEST_CASE(tcs, bad_requests);
     ATF_ADD_TEST_CASE(tcs, serve_runs_a_channel);
+    ATF_ADD_TEST_CASE(tcs, metrics);
 }
