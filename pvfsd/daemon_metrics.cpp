@@ -83,35 +83,14 @@ std::unique_ptr<DaemonMetrics> DaemonMetrics::from_options(std::string daemon,
             error = "--metrics-interval without --metrics-file";
         return nullptr;
     }
-    if (std::ranges::any_of(file, [](char c) {
-            const auto byte = static_cast<unsigned char>(c);
-            return byte < 0x20 || byte == 0x7f;
-        })) {
-        error = "--metrics-file: the path contains a control character";
+    std::string path;
+    if (!config::metrics_file_option(file, daemon + ".prom", path, error))
         return nullptr;
-    }
-    std::error_code ec;
-    const std::filesystem::path path = std::filesystem::absolute(file, ec).lexically_normal();
-    if (ec || !path.has_filename() || path.filename() == "." || path.filename() == "..") {
-        error = fmt::format("--metrics-file {}: {}", file,
-                            ec ? ec.message() : "names a directory; give a file, e.g. pvfsd.prom");
+    std::uint32_t every_ms = config::default_metrics_interval_ms;
+    if (!interval.empty() && !config::metrics_interval_option(interval, every_ms, error))
         return nullptr;
-    }
-    auto every = std::chrono::milliseconds(config::default_metrics_interval_ms);
-    if (!interval.empty()) {
-        const config::Quantity q = config::parse_duration_ms(interval);
-        if (!q.ok()) {
-            error = "--metrics-interval: " + q.error;
-            return nullptr;
-        }
-        if (q.value < config::min_metrics_interval_ms || q.value > config::max_timeout_ms) {
-            error = fmt::format("--metrics-interval: {} ms out of range {}ms..{}min", q.value,
-                                config::min_metrics_interval_ms, config::max_timeout_ms / 60'000);
-            return nullptr;
-        }
-        every = std::chrono::milliseconds(q.value);
-    }
-    auto m = std::make_unique<DaemonMetrics>(std::move(daemon), path.string(), every);
+    auto m = std::make_unique<DaemonMetrics>(std::move(daemon), path,
+                                             std::chrono::milliseconds(every_ms));
     std::string why;
     if (m->write(why) != 0) {
         error = "metrics file " + why;

@@ -97,39 +97,14 @@ bool resolve_metrics_options(const config::Server &self, const std::string &cli_
 {
     file = self.metrics_file;
     interval = std::chrono::milliseconds(self.metrics_interval_ms);
-    if (!cli_file.empty()) {
-        if (std::any_of(cli_file.begin(), cli_file.end(), [](char c) {
-                const auto byte = static_cast<unsigned char>(c);
-                return byte < 0x20 || byte == 0x7f;
-            })) {
-            error = "--metrics-file: the path contains a control character";
-            return false;
-        }
-        std::error_code ec;
-        const std::filesystem::path p = std::filesystem::absolute(cli_file, ec).lexically_normal();
-        if (ec) {
-            error = fmt::format("--metrics-file {}: {}", cli_file, ec.message());
-            return false;
-        }
-        if (!p.has_filename() || p.filename() == "." || p.filename() == "..") {
-            error = fmt::format("--metrics-file {}: names a directory; give a file, e.g. {}.prom",
-                                cli_file, self.name);
-            return false;
-        }
-        file = p.string();
-    }
+    if (!cli_file.empty() &&
+        !config::metrics_file_option(cli_file, self.name + ".prom", file, error))
+        return false;
     if (!cli_interval.empty()) {
-        const config::Quantity q = config::parse_duration_ms(cli_interval);
-        if (!q.ok()) {
-            error = "--metrics-interval: " + q.error;
+        std::uint32_t ms = 0;
+        if (!config::metrics_interval_option(cli_interval, ms, error))
             return false;
-        }
-        if (q.value < config::min_metrics_interval_ms || q.value > config::max_timeout_ms) {
-            error = fmt::format("--metrics-interval: {} ms out of range {}ms..{}min", q.value,
-                                config::min_metrics_interval_ms, config::max_timeout_ms / 60'000);
-            return false;
-        }
-        interval = std::chrono::milliseconds(q.value);
+        interval = std::chrono::milliseconds(ms);
     }
     return true;
 }

@@ -204,6 +204,17 @@ struct Quantity {
 // "500ms", "30s", "2min" in milliseconds.  The unit is required.
 [[nodiscard]] Quantity parse_duration_ms(std::string_view text);
 
+// The command line's --metrics-file of a server or daemon: made absolute
+// against the working directory and lexically normal, no control
+// characters, not a directory (`example`: a file name for the message).
+// False with `error` naming the option when it is bad.
+[[nodiscard]] bool metrics_file_option(const std::string &text, std::string_view example,
+                                       std::string &path, std::string &error);
+// --metrics-interval ("30s", "500ms"): min_metrics_interval_ms ..
+// max_timeout_ms.
+[[nodiscard]] bool metrics_interval_option(const std::string &text, std::uint32_t &ms,
+                                           std::string &error);
+
 // ---- addresses ---------------------------------------------------------
 
 // A server address: "tcp://host:port" or "ib://host:port"; host is a name,

@@ -1,12 +1,15 @@
 #include "units.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -131,5 +134,46 @@ std::string duration_text(std::uint64_t ms)
 }
 
 } // namespace detail
+
+bool metrics_file_option(const std::string &text, std::string_view example, std::string &path,
+                         std::string &error)
+{
+    if (std::ranges::any_of(text, [](char c) {
+            const auto byte = static_cast<unsigned char>(c);
+            return byte < 0x20 || byte == 0x7f;
+        })) {
+        error = "--metrics-file: the path contains a control character";
+        return false;
+    }
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::absolute(text, ec).lexically_normal();
+    if (ec) {
+        error = fmt::format("--metrics-file {}: {}", text, ec.message());
+        return false;
+    }
+    if (!p.has_filename() || p.filename() == "." || p.filename() == "..") {
+        error = fmt::format("--metrics-file {}: names a directory; give a file, e.g. {}", text,
+                            example);
+        return false;
+    }
+    path = p.string();
+    return true;
+}
+
+bool metrics_interval_option(const std::string &text, std::uint32_t &ms, std::string &error)
+{
+    const Quantity q = parse_duration_ms(text);
+    if (!q.ok()) {
+        error = "--metrics-interval: " + q.error;
+        return false;
+    }
+    if (q.value < min_metrics_interval_ms || q.value > max_timeout_ms) {
+        error = fmt::format("--metrics-interval: {} ms out of range {}ms..{}min", q.value,
+                            min_metrics_interval_ms, max_timeout_ms / 60'000);
+        return false;
+    }
+    ms = static_cast<std::uint32_t>(q.value);
+    return true;
+}
 
 } // namespace pvfs::config
