@@ -70,6 +70,12 @@ struct Rpc {
     bmi::Exposure exposure; // held until the response came
     std::vector<std::vector<bmi::ConstBuffer>> send_chunks;
     std::vector<std::vector<bmi::MutableBuffer>> recv_chunks;
+    // Chunk MACs (docs/protocol.md "Chunk MACs"): the file system and the
+    // server as the MACs name them (set by the client), and the session
+    // key this try's MACs are under.
+    std::uint32_t fs_id = 0;
+    proto::SessionKey mac_key{};
+    unsigned key_retries = 0; // tries sent again for EKEYEXPIRED
 
     std::vector<bmi::OpId> ops; // posted, not yet completed
     bmi::OpId recv_op = bmi::no_op;
@@ -185,6 +191,9 @@ private:
     void cancel_ops(const detail::Rpc &r) const;
     static void cut_chunks(detail::Rpc &r);
     void attach_data(detail::Rpc &r, bmi::Addr to) const;
+    void attach_macs(detail::Rpc &r, bmi::Addr to) const;
+    [[nodiscard]] static bool read_macs_ok(detail::Rpc &r);
+    [[nodiscard]] static bool key_retry(const detail::Batch &b, const detail::Rpc &r);
     void on_completion(detail::Rpc &r, const bmi::Completion &c);
     static void decode(detail::Rpc &r);
     void launch(detail::Batch &b, std::size_t server);
