@@ -556,7 +556,7 @@ void DataService::start_flow(const Origin &origin, Handle handle,
     std::optional<proto::SessionKey> mac_key;
     if (const std::optional<bmi::Identity> id = loop_.bmi().peer_identity(origin.peer)) {
         if (!macs) {
-            if (bulk) {
+            if (bulk && !options_.macs_optional) {
                 loop_.log_bulk_refusal(origin, fmt::format("{} bytes of bulk data without chunk "
                                                            "MACs (a client older than them?)",
                                                            total));

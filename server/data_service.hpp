@@ -46,6 +46,8 @@ struct DataOptions {
     // Test-only ($PVFS_TEST_TAMPER_READS): every read chunk is sent with a
     // byte flipped after its MAC was computed.
     bool tamper_reads = false;
+    // [defaults] insecure_benchmark_only: bulk data without MACs accepted.
+    bool macs_optional = false;
 };
 
 class DataService {

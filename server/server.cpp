@@ -208,6 +208,7 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         dopt.chunk = server->cluster_.defaults.bulk_chunk;
         dopt.fs_id = server->cluster_.fs_id;
         dopt.server_index = server->self_index_;
+        dopt.macs_optional = server->cluster_.defaults.insecure_benchmark_only;
         // Test-only (docs/testing.md): flip a byte of every read chunk
         // after its MAC, as an attacker on the path would, so that a test
         // sees the client refuse it.

@@ -342,7 +342,7 @@ void Loop::Impl::attach_data(Rpc &r, bmi::Addr to) const
 // moves, and goes again with the key (key_retry).
 void Loop::Impl::attach_macs(Rpc &r, bmi::Addr to) const
 {
-    if (r.pieces.empty())
+    if (r.pieces.empty() || r.no_macs)
         return;
     const std::optional<bmi::Identity> id = bmi->peer_identity(to);
     r.mac_key = id ? id->session_key : proto::SessionKey{};

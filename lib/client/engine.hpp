@@ -76,6 +76,7 @@ struct Rpc {
     std::uint32_t fs_id = 0;
     proto::SessionKey mac_key{};
     unsigned key_retries = 0; // tries sent again for EKEYEXPIRED
+    bool no_macs = false;     // insecure_benchmark_only: none asked for
 
     std::vector<bmi::OpId> ops; // posted, not yet completed
     bmi::OpId recv_op = bmi::no_op;

@@ -593,6 +593,7 @@ struct Client::Impl {
                         r->pieces.push_back({base, n});
                     r->is_write = is_write;
                     r->chunk = chunk;
+                    r->no_macs = !options.chunk_macs && cluster.defaults.insecure_benchmark_only;
                     r->rdma = rdma;
                     if (is_write) {
                         r->req.body =
