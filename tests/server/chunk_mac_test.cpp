@@ -8,15 +8,24 @@
 // $PVFS_TEST_TAMPER_READS.
 #include <atf-c++.hpp>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "harness.hpp"
+#include "pvfs/unique_fd.hpp"
 
 namespace {
 
@@ -74,7 +83,132 @@ std::vector<std::byte> seed(RawClient &client, Handle h)
     return a;
 }
 
+// An attacker on the path: a TCP relay between one client and the server
+// that flips one byte of the client's stream once armed, inside an
+// established, authenticated connection (what the handshake alone cannot
+// stop: docs/security.md "Connections").
+class FlipProxy {
+public:
+    explicit FlipProxy(std::uint16_t server_port) : server_port_(server_port)
+    {
+        listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        // NOLINTBEGIN(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
+        require(listener_.valid() &&
+                    ::bind(listener_.get(), reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+                    ::listen(listener_.get(), 1) == 0 &&
+                    ::getsockname(listener_.get(), reinterpret_cast<sockaddr *>(&a), &len) == 0,
+                "proxy: cannot listen");
+        // NOLINTEND(cppcoreguidelines-pro-type-reinterpret-cast)
+        port_ = ntohs(a.sin_port);
+        thread_ = std::thread([this] { relay(); });
+    }
+    FlipProxy(const FlipProxy &) = delete;
+    FlipProxy &operator=(const FlipProxy &) = delete;
+    FlipProxy(FlipProxy &&) = delete;
+    FlipProxy &operator=(FlipProxy &&) = delete;
+    ~FlipProxy()
+    {
+        stop_ = true;
+        thread_.join();
+    }
+
+    [[nodiscard]] std::string url() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+    // Flips the byte `ahead` bytes past what the client has sent so far.
+    void arm(std::uint64_t ahead) { flip_at_ = sent_.load() + ahead; }
+    [[nodiscard]] bool flipped() const { return flip_at_.load() < sent_.load(); }
+
+private:
+    void relay()
+    {
+        std::array<pollfd, 2> p{};
+        p[0] = {listener_.get(), POLLIN, 0};
+        while (!stop_ && ::poll(p.data(), 1, 50) <= 0) {
+        }
+        if (stop_)
+            return;
+        const UniqueFd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        const UniqueFd server(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(server_port_);
+        // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
+        if (!client.valid() ||
+            ::connect(server.get(), reinterpret_cast<sockaddr *>(&a), sizeof a) != 0)
+            return;
+        std::vector<std::byte> buf(std::size_t{256} << 10U);
+        p[0] = {client.get(), POLLIN, 0};
+        p[1] = {server.get(), POLLIN, 0};
+        while (!stop_) {
+            if (::poll(p.data(), p.size(), 50) <= 0)
+                continue;
+            for (std::size_t i = 0; i < p.size(); ++i) {
+                if ((p.at(i).revents & (POLLIN | POLLHUP | POLLERR)) == 0)
+                    continue;
+                const ssize_t n = ::read(p.at(i).fd, buf.data(), buf.size());
+                if (n <= 0)
+                    return;
+                const auto got = static_cast<std::uint64_t>(n);
+                if (i == 0) {
+                    const std::uint64_t at = flip_at_.load();
+                    const std::uint64_t from = sent_.load();
+                    if (at >= from && at < from + got)
+                        buf.at(static_cast<std::size_t>(at - from)) ^= std::byte{0x10};
+                    sent_ += got;
+                }
+                const int to = i == 0 ? server.get() : client.get();
+                for (std::size_t off = 0; off < got;) {
+                    const ssize_t w = ::write(to, buf.data() + off, got - off);
+                    if (w <= 0)
+                        return;
+                    off += static_cast<std::size_t>(w);
+                }
+            }
+        }
+    }
+
+    std::uint16_t server_port_;
+    std::uint16_t port_ = 0;
+    UniqueFd listener_;
+    std::atomic<bool> stop_{false};
+    std::atomic<std::uint64_t> sent_{0};
+    std::atomic<std::uint64_t> flip_at_{~std::uint64_t{0}};
+    std::thread thread_;
+};
+
 } // namespace
+
+// A byte of a chunk changed on the wire, inside the client's established,
+// authenticated connection (a relay on the path flips it): EBADMSG,
+// nothing of it stored; the same relay untouched passes the next write.
+ATF_TEST_CASE_WITHOUT_HEAD(injected_chunk_refused);
+ATF_TEST_CASE_BODY(injected_chunk_refused)
+{
+    DataCluster dc;
+    const Handle h = make_handle(0, 10);
+    const std::vector<std::byte> a = seed(dc.client, h);
+    const config::Address server =
+        config::parse_address(dc.files.cluster.find("data0")->addresses.at(0));
+    FlipProxy proxy(server.port);
+    RawClient victim(proxy.url(), dc.files.key_path);
+    victim.to = dc.client.to;
+    require_status(victim.call(proto::StatusRequest{}), 0, "status through the relay");
+    // 40000 bytes on: inside the first chunk's 64 KiB (the request and the
+    // frame headers before it take a few hundred).
+    proxy.arm(40000);
+    const std::vector<std::byte> b = test::pattern(2 * chunk, 9);
+    require_status(victim.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
+                   "write with a byte flipped on the wire");
+    require(proxy.flipped(), "the relay flipped nothing");
+    require(read_back(dc.client, h, a.size()) == a, "the injected chunk was stored");
+    require_status(victim.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), 0,
+                   "write through the relay, untouched");
+    require(read_back(dc.client, h, b.size()) == b, "untouched write: bytes differ");
+}
 
 // A byte flipped in a chunk after its MAC: EBADMSG, and nothing of the
 // chunk is stored (a one-chunk write: the whole object is as before).
@@ -213,6 +347,7 @@ ATF_TEST_CASE_BODY(tampered_read_is_eio)
 
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, injected_chunk_refused);
     ATF_ADD_TEST_CASE(tcs, forged_chunk_refused);
     ATF_ADD_TEST_CASE(tcs, chunk_of_other_request_refused);
     ATF_ADD_TEST_CASE(tcs, misplaced_chunk_refused);
