@@ -72,13 +72,14 @@ void poly1305(const unsigned char *key, std::uint64_t /*index*/, const unsigned 
     crypto_onetimeauth_final(&st, tag);
 }
 
+// A positive decimal number, or 0 when the text is not one.
 std::uint64_t parse(const char *text)
 {
     char *end = nullptr;
     const unsigned long long v = std::strtoull(text, &end, 10);
-    if (end == text || *end != '\0' || v == 0) {
+    if (end == text || *end != '\0') {
         std::fprintf(stderr, "net-mac: bad number %s\n", text);
-        std::exit(2);
+        return 0;
     }
     return v;
 }
@@ -95,7 +96,7 @@ int main(int argc, char **argv)
             total = parse(argv[i + 1]);
         else if (opt == "--reps")
             reps = parse(argv[i + 1]);
-        else {
+        if ((opt != "--total" && opt != "--reps") || total == 0 || reps == 0) {
             std::fprintf(stderr, "usage: net-mac [--total BYTES] [--reps N]\n");
             return 2;
         }

@@ -284,6 +284,7 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
         r.error = error;
         return;
     }
+    r.to = to;
     attach_data(r, to);
     attach_macs(r, to);
     proto::encode(r.req, *r.key, r.out);
@@ -358,12 +359,22 @@ void Loop::Impl::attach_macs(Rpc &r, bmi::Addr to) const
 // Whether a read's chunks are those the server MACed: the response's tags
 // checked against the bytes that arrived, before the caller sees them.  A
 // chunk altered on the way is EIO, never wrong bytes returned as success.
-bool Loop::Impl::read_macs_ok(Rpc &r)
+bool Loop::Impl::read_macs_ok(Rpc &r) const
 {
     const auto *resp = std::get_if<proto::ReadResponse>(&r.resp.body);
     const auto *req = std::get_if<proto::ReadRequest>(&r.req.body);
     if (resp == nullptr || req == nullptr || !req->macs || r.pieces.empty())
         return true;
+    // The key of the connection the answer came over: the request may
+    // have been encoded before that connection was authenticated (a first
+    // request to the server), when there was none to name.
+    const std::optional<bmi::Identity> id = bmi->peer_identity(r.to);
+    if (!id) {
+        gossip::warning(Mask::client, "read from {}: no session key to check its chunks with",
+                        *r.url);
+        return false;
+    }
+    r.mac_key = id->session_key;
     if (!resp->macs) {
         gossip::warning(Mask::client, "read from {}: the response has no chunk MACs", *r.url);
         return false;

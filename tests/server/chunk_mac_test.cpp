@@ -77,7 +77,7 @@ std::vector<std::byte> read_back(RawClient &client, Handle h, std::size_t n)
 // A 3-chunk object of known bytes, written with correct MACs.
 std::vector<std::byte> seed(RawClient &client, Handle h)
 {
-    std::vector<std::byte> a = test::pattern(3 * chunk, 1);
+    std::vector<std::byte> a = test::pattern(3 * std::size_t{chunk}, 1);
     require_status(client.call(write_of(h, 0, a.size()), 20000, a, {}, chunk), 0, "seed write");
     require(read_back(client, h, a.size()) == a, "seed: bytes differ");
     return a;
@@ -200,7 +200,7 @@ ATF_TEST_CASE_BODY(injected_chunk_refused)
     // 40000 bytes on: inside the first chunk's 64 KiB (the request and the
     // frame headers before it take a few hundred).
     proxy.arm(40000);
-    const std::vector<std::byte> b = test::pattern(2 * chunk, 9);
+    const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 9);
     require_status(victim.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
                    "write with a byte flipped on the wire");
     require(proxy.flipped(), "the relay flipped nothing");
@@ -225,15 +225,16 @@ ATF_TEST_CASE_BODY(forged_chunk_refused)
     dc.client.data_hook = nullptr;
     require(read_back(dc.client, h, a.size()) == a, "the forged write changed the object");
     // The last of three chunks forged: its range is untouched.
-    const std::vector<std::byte> c = test::pattern(3 * chunk, 3);
+    const std::vector<std::byte> c = test::pattern(3 * std::size_t{chunk}, 3);
     dc.client.data_hook = [](std::vector<std::byte> &stream) {
-        stream[2 * chunk + 7] ^= std::byte{0x01};
+        stream[2 * std::size_t{chunk} + 7] ^= std::byte{0x01};
     };
     require_status(dc.client.call(write_of(h, 0, c.size()), 20000, c, {}, chunk), EBADMSG,
                    "write with its last chunk forged");
     dc.client.data_hook = nullptr;
     const std::vector<std::byte> back = read_back(dc.client, h, a.size());
-    require(std::equal(back.begin() + 2 * chunk, back.end(), a.begin() + 2 * chunk),
+    require(std::equal(back.begin() + 2 * std::ptrdiff_t{chunk}, back.end(),
+                       a.begin() + 2 * std::ptrdiff_t{chunk}),
             "the forged chunk reached the object");
     // The connection and the server are fine afterwards.
     require_status(dc.client.call(write_of(h, 0, c.size()), 20000, c, {}, chunk), 0,
@@ -249,7 +250,7 @@ ATF_TEST_CASE_BODY(chunk_of_other_request_refused)
     DataCluster dc;
     const Handle h = make_handle(0, 12);
     const std::vector<std::byte> a = seed(dc.client, h);
-    const std::vector<std::byte> b = test::pattern(2 * chunk, 4);
+    const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 4);
     dc.client.bind_hook = [](proto::ChunkBinding &binding) {
         binding.seq -= 1;
         binding.request_id -= 1;
@@ -267,7 +268,7 @@ ATF_TEST_CASE_BODY(misplaced_chunk_refused)
     DataCluster dc;
     const Handle h = make_handle(0, 13);
     const std::vector<std::byte> a = seed(dc.client, h);
-    const std::vector<std::byte> b = test::pattern(2 * chunk, 5);
+    const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 5);
     dc.client.data_hook = [](std::vector<std::byte> &stream) {
         std::swap_ranges(stream.begin(), stream.begin() + chunk, stream.begin() + chunk);
     };
@@ -300,7 +301,7 @@ ATF_TEST_CASE_BODY(missing_or_malformed_macs_refused)
     DataCluster dc;
     const Handle h = make_handle(0, 14);
     const std::vector<std::byte> a = seed(dc.client, h);
-    const std::vector<std::byte> b = test::pattern(2 * chunk, 6);
+    const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 6);
     dc.client.chunk_macs = false;
     require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EPROTO,
                    "write without chunk MACs");
@@ -326,6 +327,30 @@ ATF_TEST_CASE_BODY(missing_or_malformed_macs_refused)
     require(read_back(dc.client, h, a.size()) == want, "a refused write changed the object");
 }
 
+// A client's first request to a data server is made before its connection
+// is authenticated (no session key yet): a read checks its chunks with the
+// key the answer came under, a write is answered EKEYEXPIRED and sent again
+// with the key.  Both succeed; cluster_test and squash_test's fresh readers
+// failed with EIO before the read took the answer's key.
+ATF_TEST_CASE_WITHOUT_HEAD(first_contact_read_and_write);
+ATF_TEST_CASE_BODY(first_contact_read_and_write)
+{
+    test::Cluster cl(test::servers(1, 2), "stripe_size = \"64KiB\"\nbulk_chunk = \"64KiB\"\n");
+    Attr a;
+    const std::vector<std::byte> data = test::pattern(5 * std::size_t{chunk}, 10);
+    {
+        auto w = cl.connect();
+        test::require_rc(w->create(root_handle, "f", 0644, true, {}, a), 0, "create");
+        test::require_rc(w->write(a.handle, 0, data), static_cast<std::int64_t>(data.size()),
+                         "first write (first contact)");
+    }
+    auto r = cl.connect();
+    std::vector<std::byte> got(data.size());
+    test::require_rc(r->read(a.handle, 0, got), static_cast<std::int64_t>(got.size()),
+                     "read by a fresh client (first contact)");
+    require(got == data, "first-contact read: bytes differ");
+}
+
 // A read chunk altered after the server's MAC: libpvfs returns EIO, never
 // the altered bytes; the raw client sees the mismatch too.
 ATF_TEST_CASE_WITHOUT_HEAD(tampered_read_is_eio);
@@ -336,7 +361,7 @@ ATF_TEST_CASE_BODY(tampered_read_is_eio)
     auto c = cl.connect();
     Attr a;
     test::require_rc(c->create(root_handle, "f", 0644, true, {}, a), 0, "create");
-    const std::vector<std::byte> data = test::pattern(4 * chunk, 8);
+    const std::vector<std::byte> data = test::pattern(4 * std::size_t{chunk}, 8);
     test::require_rc(c->write(a.handle, 0, data), static_cast<std::int64_t>(data.size()), "write");
     std::vector<std::byte> got(data.size());
     test::require_rc(c->read(a.handle, 0, got), -EIO, "read of tampered chunks");
@@ -352,5 +377,6 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, chunk_of_other_request_refused);
     ATF_ADD_TEST_CASE(tcs, misplaced_chunk_refused);
     ATF_ADD_TEST_CASE(tcs, missing_or_malformed_macs_refused);
+    ATF_ADD_TEST_CASE(tcs, first_contact_read_and_write);
     ATF_ADD_TEST_CASE(tcs, tampered_read_is_eio);
 }
