@@ -72,6 +72,10 @@ public:
     // response that cannot be sent is logged (the client's deadline ends it).
     virtual void respond(const Origin &origin, proto::ResponseBody body) = 0;
     virtual void respond_error(const Origin &origin, int error) = 0;
+    // Logs why a request's bulk data was refused (a chunk whose MAC fails,
+    // a request without MACs), with the peer's key name, at most once a
+    // minute per peer: a forger must not be able to flood the log.
+    virtual void log_bulk_refusal(const Origin &origin, const std::string &why) = 0;
     virtual ~Loop() = default;
 };
 

@@ -8,6 +8,8 @@
 #include <limits>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "pvfs/gossip.hpp"
 
 namespace pvfs::server {
@@ -96,7 +98,19 @@ struct DataService::Flow {
     bool done = false;
     proto::Bytes inline_data;
     proto::Bytes rdma; // the client's memory, when the server moves the data itself
+    // Chunk MACs (docs/protocol.md "Chunk MACs"): the connection's session
+    // key when the request has them; a write's tags as the client sent
+    // them, a read's as this server computes them for the response.
+    std::optional<proto::SessionKey> mac_key;
+    proto::ChunkBinding binding;
+    std::vector<proto::ChunkMac> tags;
     std::array<Slot, 2> slots;
+
+    [[nodiscard]] proto::ChunkMac mac_of(const Slot &s) const
+    {
+        const std::span<const std::byte> bytes(s.data.data(), s.length);
+        return proto::chunk_mac(*mac_key, binding, s.chunk, std::span(&bytes, 1));
+    }
 
     void start()
     {
@@ -265,6 +279,11 @@ struct DataService::Flow {
                 ++next_send;
                 sent = true;
                 s.stage = Stage::network;
+                if (mac_key) {
+                    tags.at(s.chunk) = mac_of(s);
+                    if (service.options_.tamper_reads && s.length != 0)
+                        s.data[s.length / 2] ^= std::byte{0x01};
+                }
                 bmi::Bmi &bmi = service.loop_.bmi();
                 const bmi::Post p =
                     rdma.empty() ? bmi.post_send(origin.peer, s.data.data(), s.length,
@@ -303,6 +322,18 @@ struct DataService::Flow {
                 gossip::warning(Mask::server, "request {}: chunk {} carried {} bytes, expected {}",
                                 origin.request_id, s.chunk, actual, s.length);
                 fail(EPROTO);
+                settle(s);
+                return;
+            }
+            // Before a byte of it reaches the object: a chunk forged,
+            // replayed from another request or sent out of place fails the
+            // request and is not written.
+            if (mac_key && !proto::same_mac(mac_of(s), tags.at(s.chunk))) {
+                service.loop_.log_bulk_refusal(
+                    origin, fmt::format("chunk {} ({} bytes) of handle {:016x} fails its MAC; "
+                                        "nothing of it is written",
+                                        s.chunk, s.length, handle));
+                fail(EBADMSG);
                 settle(s);
                 return;
             }
@@ -419,10 +450,11 @@ void DataService::handle(const Origin &origin, proto::RequestBody &body)
 {
     if (auto *read = std::get_if<proto::ReadRequest>(&body)) {
         start_flow(origin, read->handle, std::move(read->regions), read->chunk_size, {},
-                   std::move(read->rdma), false);
+                   std::move(read->rdma), std::move(read->macs), false);
     } else if (auto *write = std::get_if<proto::WriteRequest>(&body)) {
         start_flow(origin, write->handle, std::move(write->regions), write->chunk_size,
-                   std::move(write->inline_data), std::move(write->rdma), true);
+                   std::move(write->inline_data), std::move(write->rdma), std::move(write->macs),
+                   true);
     } else if (const auto *fsync = std::get_if<proto::FsyncRequest>(&body)) {
         do_fsync(origin, fsync->handle);
     } else if (const auto *sizes = std::get_if<proto::ObjectSizesRequest>(&body)) {
@@ -474,7 +506,8 @@ void DataService::handle(const Origin &origin, proto::RequestBody &body)
 
 void DataService::start_flow(const Origin &origin, Handle handle,
                              std::vector<proto::Region> regions, std::uint32_t chunk,
-                             proto::Bytes inline_data, proto::Bytes rdma, bool is_write)
+                             proto::Bytes inline_data, proto::Bytes rdma,
+                             std::optional<proto::ChunkMacs> macs, bool is_write)
 {
     if (handle == no_handle) {
         loop_.respond_error(origin, EINVAL);
@@ -514,6 +547,50 @@ void DataService::start_flow(const Origin &origin, Handle handle,
             return;
         }
     }
+    const std::uint64_t chunks =
+        inline_data.empty() ? (total == 0 ? 0 : (total - 1) / chunk + 1) : (total == 0 ? 0 : 1);
+    const bool bulk = inline_data.empty() && total > 0;
+    // Chunk MACs (docs/protocol.md "Chunk MACs"): over an authenticated
+    // connection every chunk must have one, so that nobody who can inject
+    // into the stream can place bytes in an object or in a reader's buffer.
+    std::optional<proto::SessionKey> mac_key;
+    if (const std::optional<bmi::Identity> id = loop_.bmi().peer_identity(origin.peer)) {
+        if (!macs) {
+            if (bulk && !options_.macs_optional) {
+                loop_.log_bulk_refusal(origin, fmt::format("{} bytes of bulk data without chunk "
+                                                           "MACs (a client older than them?)",
+                                                           total));
+                loop_.respond_error(origin, EPROTO);
+                return;
+            }
+        } else {
+            mac_key = id->session_key;
+        }
+    } else if (macs) {
+        loop_.log_bulk_refusal(origin, "chunk MACs over a connection without a session key");
+        loop_.respond_error(origin, EPROTO);
+        return;
+    }
+    if (mac_key) {
+        // The key a write's tags are under is another connection's (the
+        // client made them before this connection was authenticated, or
+        // it reconnected since): not a forgery, it asks again.  A read's
+        // tags are this side's, checked with the key the answer crosses.
+        if (is_write && bulk && macs->key_check != proto::session_key_check(*mac_key)) {
+            gossip::debug(Mask::server, "request {}: chunk MACs under another connection's key",
+                          origin.request_id);
+            loop_.respond_error(origin, EKEYEXPIRED);
+            return;
+        }
+        if (chunks > proto::max_chunk_macs || (is_write && bulk && macs->tags.size() != chunks) ||
+            (is_write && !bulk && !macs->tags.empty())) {
+            loop_.log_bulk_refusal(origin,
+                                   fmt::format("{} chunk MACs for {} chunks (at most {})",
+                                               macs->tags.size(), chunks, proto::max_chunk_macs));
+            loop_.respond_error(origin, EINVAL);
+            return;
+        }
+    }
     const std::uint64_t id = next_id_++;
     auto flow = std::make_unique<Flow>(*this, id);
     flow->origin = origin;
@@ -523,7 +600,17 @@ void DataService::start_flow(const Origin &origin, Handle handle,
     flow->starts = std::move(starts);
     flow->total = total;
     flow->chunk = inline_data.empty() ? chunk : 0;
-    flow->chunks = inline_data.empty() ? (total == 0 ? 0 : (total - 1) / chunk + 1) : 1;
+    flow->chunks = inline_data.empty() ? chunks : 1;
+    if (mac_key) {
+        flow->mac_key = *mac_key;
+        flow->binding =
+            proto::ChunkBinding{is_write,       options_.fs_id, options_.server_index, handle,
+                                origin.session, origin.seq,     origin.request_id,     chunk};
+        if (is_write)
+            flow->tags = std::move(macs->tags);
+        else
+            flow->tags.resize(chunks);
+    }
     flow->inline_data = std::move(inline_data);
     flow->rdma = std::move(rdma);
     Flow &f = *flow;
@@ -563,7 +650,10 @@ void DataService::finish_flow(Flow &flow)
     if (flow.is_write) {
         loop_.respond(flow.origin, proto::WriteResponse{flow.total, size.value_or(0)});
     } else {
-        loop_.respond(flow.origin, proto::ReadResponse{flow.total, size.value_or(0)});
+        proto::ReadResponse resp{flow.total, size.value_or(0), std::nullopt};
+        if (flow.mac_key)
+            resp.macs = std::move(flow.tags);
+        loop_.respond(flow.origin, std::move(resp));
     }
 }
 

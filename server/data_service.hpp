@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -39,6 +40,14 @@ inline constexpr std::uint32_t min_chunk = 64U * 1024U;
 struct DataOptions {
     std::uint32_t chunk = 1U << 20U; // the largest chunk a request may use
     std::size_t pool_chunks = 64;    // chunk buffers, all requests together
+    // This server, as chunk MACs name it (proto::ChunkBinding).
+    std::uint32_t fs_id = 0;
+    std::uint32_t server_index = 0;
+    // Test-only ($PVFS_TEST_TAMPER_READS): every read chunk is sent with a
+    // byte flipped after its MAC was computed.
+    bool tamper_reads = false;
+    // [defaults] insecure_benchmark_only: bulk data without MACs accepted.
+    bool macs_optional = false;
 };
 
 class DataService {
@@ -82,7 +91,7 @@ private:
 
     void start_flow(const Origin &origin, Handle handle, std::vector<proto::Region> regions,
                     std::uint32_t chunk, proto::Bytes inline_data, proto::Bytes rdma,
-                    bool is_write);
+                    std::optional<proto::ChunkMacs> macs, bool is_write);
     void do_fsync(const Origin &origin, Handle handle);
     void finish_flow(Flow &flow);
     void sweep();

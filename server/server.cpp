@@ -231,6 +231,19 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         }
         DataOptions dopt;
         dopt.chunk = server->cluster_.defaults.bulk_chunk;
+        dopt.fs_id = server->cluster_.fs_id;
+        dopt.server_index = server->self_index_;
+        dopt.macs_optional = server->cluster_.defaults.insecure_benchmark_only;
+        // Test-only (docs/testing.md): flip a byte of every read chunk
+        // after its MAC, as an attacker on the path would, so that a test
+        // sees the client refuse it.
+        // NOLINTNEXTLINE(concurrency-mt-unsafe)
+        if (const char *tamper = std::getenv("PVFS_TEST_TAMPER_READS");
+            tamper != nullptr && std::string_view(tamper) == "1") {
+            gossip::warning(Mask::server, "{}: PVFS_TEST_TAMPER_READS: corrupting every read chunk",
+                            me.name);
+            dopt.tamper_reads = true;
+        }
         server->data_ = std::make_unique<DataService>(*server, std::move(*store), dopt);
         if (const int rc = b.watch_fd(server->data_->event_fd()); rc != 0) {
             error = std::string("cannot watch the data store: ") + errno_text(-rc);
@@ -564,6 +577,14 @@ bool Server::key_allowed(const Origin &origin)
                                                     keys_.path())));
     respond_error(origin, EACCES);
     return false;
+}
+
+void Server::log_bulk_refusal(const Origin &origin, const std::string &why)
+{
+    log_refusal(bulk_refusals_, origin.peer,
+                fmt::format("refused {} request {} from {} (key {}): {}", proto::op_name(origin.op),
+                            origin.request_id, bmi_->rev_lookup(origin.peer), origin.client->name(),
+                            why));
 }
 
 void Server::log_counted(Refusals &r, const std::string &text)

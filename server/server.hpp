@@ -66,6 +66,7 @@ public:
     [[nodiscard]] bmi::ContextId context() const noexcept override { return ctx_; }
     void respond(const Origin &origin, proto::ResponseBody body) override;
     void respond_error(const Origin &origin, int error) override;
+    void log_bulk_refusal(const Origin &origin, const std::string &why) override;
 
 private:
     struct Reply;
@@ -129,6 +130,7 @@ private:
     RefusalLog refusals_;          // misdirected or unbound
     RefusalLog key_refusals_;      // unknown, revoked or servers-only keys
     RefusalLog mismatch_refusals_; // envelope key not the connection's proved key
+    RefusalLog bulk_refusals_;     // chunks whose MAC failed, requests without MACs
     // Handshake refusals (the authenticator's lookup): at most one line a
     // minute per revoked key of the table, and one for all unknown key ids
     // together, which a peer picks freely (one line per id let a flood of

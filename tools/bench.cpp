@@ -98,6 +98,7 @@ struct Plan {
     std::size_t block = 0;
     std::uint64_t random_reads = 0; // 0: the read phase reads the region in order
     bool hold = false;              // each client holds the file open while it writes
+    bool no_chunk_macs = false;     // bulk data without chunk MACs (insecure_benchmark_only)
 };
 
 // Where a client's bytes go: the pvfs client library, or a local file
@@ -227,6 +228,7 @@ std::int64_t drop_caches()
         client::Options o;
         o.target = p.target.target;
         o.key_file = p.target.key_file;
+        o.chunk_macs = !p.no_chunk_macs;
         std::string error;
         c = client::Client::connect(o, error);
         if (!c)
@@ -329,6 +331,9 @@ static int run(int argc, char **argv)
              "each client opens the file (an open reference on the metadata server) before "
              "its first write and closes it after its fsync, inside the timed phase, as a "
              "program writing through a mount does");
+    app.flag("--insecure-no-chunk-macs", plan.no_chunk_macs,
+             "move bulk data without chunk MACs, to measure what they cost (only a cluster "
+             "whose config sets insecure_benchmark_only, all on loopback, accepts it)");
     app.flag("--json", json, "print the result as JSON");
     app.flag("--keep", keep, "keep the file afterwards");
     if (const std::optional<int> status = app.parse(argc, argv))
@@ -507,6 +512,7 @@ static int run(int argc, char **argv)
             out.set("stripe_count", layout.stripe_count);
             out.set("stripe_size", layout.stripe_size);
             out.set("hold", plan.hold);
+            out.set("chunk_macs", !plan.no_chunk_macs);
         }
         for (std::size_t ph = 0; ph < 2; ++ph) {
             const Phase &p = phases.at(ph);

@@ -181,6 +181,11 @@ struct Options {
     // of running the change again.  false: none (for benchmarks of what it
     // costs).
     bool exactly_once = true;
+    // Chunk MACs on bulk data (docs/protocol.md "Chunk MACs").  false:
+    // none, for bench/fs's measure of what they cost; honoured only when
+    // the cluster's config says insecure_benchmark_only (loopback only),
+    // else the MACs go anyway.
+    bool chunk_macs = true;
     // The session id; 0: a random one.  pvfsd passes the kernel mount's,
     // which outlives the daemon.
     std::uint64_t client_id = 0;

@@ -91,6 +91,11 @@ struct Defaults {
     // destination in.
     bool require_bound = true;
     bool durable_metadata = true; // metadata commits are fsynced
+    // Benchmarks only (docs/security.md "Chunk MACs"): data servers accept
+    // bulk data without chunk MACs from clients that ask for none
+    // (client::Options::chunk_macs), so that bench/fs can measure what the
+    // MACs cost.  Refused unless every server address is on loopback.
+    bool insecure_benchmark_only = false;
     // The metadata server's commit waits briefly for the changes of
     // clients that are writing (docs/metadata.md "Group commit").
     bool group_commit = true;

@@ -183,6 +183,28 @@ inline constexpr std::uint32_t role_data = 2;
 // object_sizes: the size reported for a handle with no object.
 inline constexpr std::uint64_t no_object_size = ~std::uint64_t{0};
 
+// ---- chunk MACs (docs/protocol.md "Chunk MACs") -------------------------
+
+// One chunk's tag: Poly1305 under a one-time key per chunk, derived from
+// the connection's session key (chunk_mac below).
+inline constexpr std::size_t chunk_mac_size = 16;
+using ChunkMac = std::array<std::byte, chunk_mac_size>;
+// Chunks of one read or write request, at most: 64 KiB of tags in a write
+// request (which then has no inline data), 256 MiB at 64 KiB chunks and
+// 4 GiB at the default 1 MiB chunks.  The client cuts larger I/O into
+// requests below it.
+inline constexpr std::size_t max_chunk_macs = 4096;
+// What a read or write request says about its chunks' MACs: which session
+// key made them (key_check, so that a request MACed under the key of a
+// connection that has since been replaced is told apart from a forgery),
+// and for a write each chunk's tag in stream order (a read's tags come in
+// its response).
+struct ChunkMacs {
+    std::uint64_t key_check = 0;
+    std::vector<ChunkMac> tags; // writes: one per chunk; reads: empty
+    friend bool operator==(const ChunkMacs &, const ChunkMacs &) = default;
+};
+
 // ---- request bodies, one per op, in Op order -----------------------------
 
 struct GetConfigRequest {
@@ -299,6 +321,9 @@ struct ReadRequest {
     std::uint32_t chunk_size = 0;
     std::uint32_t flags = 0; // carried for the data server, not interpreted here
     Bytes rdma;              // empty, or the client's exposed memory (max_rdma_descriptor)
+    // Trailing, with the envelope flag request_chunk_macs: the response
+    // carries a tag per chunk.
+    std::optional<ChunkMacs> macs;
     friend bool operator==(const ReadRequest &, const ReadRequest &) = default;
 };
 struct WriteRequest {
@@ -308,6 +333,9 @@ struct WriteRequest {
     std::uint32_t flags = 0;
     Bytes inline_data; // the whole payload when small (<= max_inline_data), else empty
     Bytes rdma;        // as ReadRequest::rdma; never with inline_data
+    // Trailing, with the envelope flag request_chunk_macs: a tag per chunk
+    // (never with inline_data, which the request's own MAC covers).
+    std::optional<ChunkMacs> macs;
     friend bool operator==(const WriteRequest &, const WriteRequest &) = default;
 };
 struct FsyncRequest {
@@ -586,6 +614,9 @@ struct StatfsResponse {
 struct ReadResponse {
     std::uint64_t bytes = 0;
     std::uint64_t object_size = 0;
+    // Trailing, only in the answer to a request with chunk MACs: a tag per
+    // chunk the server sent, in stream order.
+    std::optional<std::vector<ChunkMac>> macs;
     friend bool operator==(const ReadResponse &, const ReadResponse &) = default;
 };
 struct WriteResponse {
@@ -749,8 +780,14 @@ inline constexpr std::uint32_t request_create_opens = 8;
 // (docs/protocol.md "Client keys").  Set by encode() exactly when the key
 // has a name.
 inline constexpr std::uint32_t request_keyed = 16;
+// A read's or write's body ends with ChunkMacs (only on ops read and
+// write; docs/protocol.md "Chunk MACs").  Set by encode() exactly when the
+// body has them; a server that does not know it refuses the request as
+// bad_flags instead of ignoring the tags.
+inline constexpr std::uint32_t request_chunk_macs = 32;
 inline constexpr std::uint32_t request_flags = request_has_once | request_knows_orphaned |
-                                               request_bound | request_create_opens | request_keyed;
+                                               request_bound | request_create_opens |
+                                               request_keyed | request_chunk_macs;
 
 // The server a request is for: the file system's id ([filesystem] id) and
 // the server's index in the config's server list.
@@ -798,6 +835,35 @@ inline constexpr std::size_t max_key_name = 64;
 // A client key's id on the wire: the first 4 bytes of BLAKE2b-256(name)
 // (crypto_generichash, no key), little-endian.
 [[nodiscard]] std::uint32_t key_id(std::string_view name) noexcept;
+
+// What a chunk's MAC binds besides its bytes: which way it goes, the
+// request it belongs to (its ids, unique per key under the replay guard),
+// the server and object it is for, and its place in the stream.
+struct ChunkBinding {
+    bool is_write = false;
+    std::uint32_t fs_id = 0;
+    std::uint32_t server_index = 0;
+    Handle handle = no_handle;
+    std::uint64_t session = 0;
+    std::uint64_t seq = 0;
+    std::uint64_t request_id = 0;
+    std::uint32_t chunk_size = 0;
+};
+// A session key (bmi::Identity::session_key).
+using SessionKey = std::array<std::byte, 32>;
+// The tag of chunk `index` of a request, over `pieces` (the chunk's bytes
+// in order, possibly scattered): Poly1305 under the one-time key
+// BLAKE2b-256(session_key, "pvfs-chunk-1" | binding | index | length),
+// length being the pieces' total.
+[[nodiscard]] ChunkMac chunk_mac(const SessionKey &session_key, const ChunkBinding &binding,
+                                 std::uint64_t index,
+                                 std::span<const std::span<const std::byte>> pieces) noexcept;
+// Constant-time comparison of two tags.
+[[nodiscard]] bool same_mac(const ChunkMac &a, const ChunkMac &b) noexcept;
+// ChunkMacs::key_check of a session key: 8 bytes of
+// BLAKE2b(session_key, "pvfs-chunk-key-check"), not 0.  One-way: it tells
+// which key without saying anything of it.
+[[nodiscard]] std::uint64_t session_key_check(const SessionKey &session_key) noexcept;
 // The key id of a request with the request_keyed flag, read from its
 // envelope before anything is verified (to choose the key to verify it
 // with); nullopt when the flag is absent or the envelope too short to say.

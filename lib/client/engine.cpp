@@ -61,6 +61,9 @@ std::size_t response_capacity(const proto::RequestBody &body)
     if (std::holds_alternative<proto::ListObjectsRequest>(body) ||
         std::holds_alternative<proto::ListHandlesRequest>(body))
         return proto::max_list_handles * 8 + 4096;
+    // A read's answer carries a tag per chunk.
+    if (const auto *r = std::get_if<proto::ReadRequest>(&body); r != nullptr && r->macs)
+        return small_response + proto::max_chunk_macs * proto::chunk_mac_size;
     if (std::holds_alternative<proto::ObjectSizesRequest>(body))
         return proto::max_object_sizes * 8 + 4096;
     if (std::holds_alternative<proto::ReadlinkRequest>(body))
@@ -72,6 +75,54 @@ std::size_t response_capacity(const proto::RequestBody &body)
     if (std::holds_alternative<proto::CloseRequest>(body))
         return proto::max_close_handles * (8 + 12) + 4096;
     return small_response;
+}
+
+// The binding of a request's chunk MACs (proto::ChunkBinding).
+proto::ChunkBinding binding_of(const Rpc &r)
+{
+    proto::ChunkBinding b;
+    b.is_write = r.is_write;
+    b.fs_id = r.fs_id;
+    b.server_index = static_cast<std::uint32_t>(r.server);
+    if (const auto *read = std::get_if<proto::ReadRequest>(&r.req.body))
+        b.handle = read->handle;
+    else if (const auto *write = std::get_if<proto::WriteRequest>(&r.req.body))
+        b.handle = write->handle;
+    b.session = r.req.session;
+    b.seq = r.req.seq;
+    b.request_id = r.req.request_id;
+    b.chunk_size = r.chunk;
+    return b;
+}
+
+// The tag of every chunk of the request's stream (its memory pieces one
+// after another, cut every r.chunk bytes), whether it moves as messages
+// or by RDMA.
+std::vector<proto::ChunkMac> stream_tags(const Rpc &r)
+{
+    const proto::ChunkBinding binding = binding_of(r);
+    std::vector<proto::ChunkMac> tags;
+    std::vector<std::span<const std::byte>> parts;
+    std::size_t room = r.chunk;
+    auto close_chunk = [&] {
+        if (!parts.empty())
+            tags.push_back(proto::chunk_mac(r.mac_key, binding, tags.size(), parts));
+        parts.clear();
+        room = r.chunk;
+    };
+    for (const bmi::MutableBuffer &piece : r.pieces) {
+        std::size_t off = 0;
+        while (off < piece.size) {
+            const std::size_t n = std::min(room, piece.size - off);
+            parts.emplace_back(static_cast<const std::byte *>(piece.data) + off, n);
+            off += n;
+            room -= n;
+            if (room == 0)
+                close_chunk();
+        }
+    }
+    close_chunk();
+    return tags;
 }
 
 } // namespace
@@ -233,7 +284,9 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
         r.error = error;
         return;
     }
+    r.to = to;
     attach_data(r, to);
+    attach_macs(r, to);
     proto::encode(r.req, *r.key, r.out);
     if (const std::size_t want = response_capacity(r.req.body); r.in_capacity < want) {
         r.in = std::make_unique_for_overwrite<std::byte[]>(want); // NOLINT(*-avoid-c-arrays)
@@ -281,6 +334,76 @@ void Loop::Impl::attach_data(Rpc &r, bmi::Addr to) const
         r.rdma = false;
     }
     cut_chunks(r);
+}
+
+// The request's chunk MACs, under the session key of the connection to
+// the server (docs/protocol.md "Chunk MACs").  Before the first connection
+// to it has been authenticated there is no key yet: the request goes with
+// a key check no server accepts, is answered EKEYEXPIRED before any chunk
+// moves, and goes again with the key (key_retry).
+void Loop::Impl::attach_macs(Rpc &r, bmi::Addr to) const
+{
+    if (r.pieces.empty() || r.no_macs)
+        return;
+    const std::optional<bmi::Identity> id = bmi->peer_identity(to);
+    r.mac_key = id ? id->session_key : proto::SessionKey{};
+    proto::ChunkMacs macs{proto::session_key_check(r.mac_key), {}};
+    if (auto *write = std::get_if<proto::WriteRequest>(&r.req.body)) {
+        macs.tags = stream_tags(r);
+        write->macs = std::move(macs);
+    } else if (auto *read = std::get_if<proto::ReadRequest>(&r.req.body)) {
+        read->macs = std::move(macs);
+    }
+}
+
+// Whether a read's chunks are those the server MACed: the response's tags
+// checked against the bytes that arrived, before the caller sees them.  A
+// chunk altered on the way is EIO, never wrong bytes returned as success.
+bool Loop::Impl::read_macs_ok(Rpc &r) const
+{
+    const auto *resp = std::get_if<proto::ReadResponse>(&r.resp.body);
+    const auto *req = std::get_if<proto::ReadRequest>(&r.req.body);
+    if (resp == nullptr || req == nullptr || !req->macs || r.pieces.empty())
+        return true;
+    // The key of the connection the answer came over: the request may
+    // have been encoded before that connection was authenticated (a first
+    // request to the server), when there was none to name.
+    const std::optional<bmi::Identity> id = bmi->peer_identity(r.to);
+    if (!id) {
+        gossip::warning(Mask::client, "read from {}: no session key to check its chunks with",
+                        *r.url);
+        return false;
+    }
+    r.mac_key = id->session_key;
+    if (!resp->macs) {
+        gossip::warning(Mask::client, "read from {}: the response has no chunk MACs", *r.url);
+        return false;
+    }
+    const std::vector<proto::ChunkMac> want = stream_tags(r);
+    if (resp->macs->size() != want.size()) {
+        gossip::warning(Mask::client, "read from {}: {} chunk MACs for {} chunks", *r.url,
+                        resp->macs->size(), want.size());
+        return false;
+    }
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        if (!proto::same_mac(want[i], (*resp->macs)[i])) {
+            gossip::warning(Mask::client,
+                            "read from {}: chunk {} of handle {:016x} fails its MAC (altered on "
+                            "the way?): EIO",
+                            *r.url, i, req->handle);
+            return false;
+        }
+    }
+    return true;
+}
+
+// Whether the server refused the try's chunk MACs as made under another
+// connection's key (the first contact, or a reconnect since): sent again
+// at once, now with the key of the connection it just came over.
+bool Loop::Impl::key_retry(const Batch &b, const Rpc &r)
+{
+    return !b.stopping && r.error == 0 && r.response_arrived && r.resp.status == EKEYEXPIRED &&
+           !r.pieces.empty() && r.key_retries < 2;
 }
 
 // Cuts a request's memory pieces into chunk-sized lists of pieces.
@@ -446,6 +569,22 @@ void Loop::Impl::settle(Batch &b, Rpc &r)
         return;
     if (!r.response_arrived && r.error == 0)
         return;
+    if (r.response_arrived && r.error == 0 && r.resp.status == 0 && !read_macs_ok(r))
+        r.error = -EIO;
+    if (key_retry(b, r)) {
+        ++r.key_retries;
+        r.waiting = true;
+        r.retry_at = Clock::now();
+        r.response_arrived = false;
+        r.response_size = 0;
+        r.recv_op = bmi::no_op;
+        r.resp = proto::Response{};
+        r.send_chunks.clear();
+        r.recv_chunks.clear();
+        r.exposure = bmi::Exposure{};
+        ++b.waiting;
+        return;
+    }
     if (r.waiting) {
         // stop() ended a request waiting for its next try.
         r.waiting = false;

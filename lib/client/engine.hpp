@@ -58,7 +58,13 @@ struct Rpc {
     // a vector would clear for a reply of a few hundred bytes.
     std::unique_ptr<std::byte[]> in; // NOLINT(*-avoid-c-arrays)
     std::size_t in_capacity = 0;
+    bmi::Addr to = bmi::no_addr; // the server's, once started
     bmi::Tag tag = 0;
+    // Chunk MACs (docs/protocol.md "Chunk MACs"): the file system as the
+    // MACs name it (set by the client; the server is `server`), and below
+    // the retries for EKEYEXPIRED, whether none are asked for
+    // (insecure_benchmark_only) and the session key this try's are under.
+    std::uint32_t fs_id = 0;
     // A read's or write's memory, the request's stream in order, and how
     // it moves: exposed to the server when `rdma` (the server then reads or
     // writes it itself), else cut into bulk chunks of `chunk` bytes, each a
@@ -85,9 +91,12 @@ struct Rpc {
     // Retries (RetryPolicy): tries so far, the next wait, and when a
     // request waiting to be sent again goes.
     unsigned tries = 0;
+    unsigned key_retries = 0;
     std::chrono::milliseconds backoff{0};
     bool waiting = false;
+    bool no_macs = false;
     Clock::time_point retry_at{};
+    proto::SessionKey mac_key{};
 
     // 0, or the negative errno of the transport or of the server.
     [[nodiscard]] int result() const noexcept
@@ -185,6 +194,9 @@ private:
     void cancel_ops(const detail::Rpc &r) const;
     static void cut_chunks(detail::Rpc &r);
     void attach_data(detail::Rpc &r, bmi::Addr to) const;
+    void attach_macs(detail::Rpc &r, bmi::Addr to) const;
+    [[nodiscard]] bool read_macs_ok(detail::Rpc &r) const;
+    [[nodiscard]] static bool key_retry(const detail::Batch &b, const detail::Rpc &r);
     void on_completion(detail::Rpc &r, const bmi::Completion &c);
     static void decode(detail::Rpc &r);
     void launch(detail::Batch &b, std::size_t server);

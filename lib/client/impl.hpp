@@ -112,6 +112,7 @@ struct Client::Impl {
         for (Rpc *r : rpcs) {
             r->url = &urls.at(r->server);
             r->key = &*key;
+            r->fs_id = cluster.fs_id;
             if (bound)
                 r->req.to =
                     proto::Destination{cluster.fs_id, static_cast<std::uint32_t>(r->server)};
@@ -576,6 +577,10 @@ struct Client::Impl {
             return -EINVAL;
         }
         const std::uint32_t chunk = cluster.defaults.bulk_chunk;
+        // Each chunk has a MAC in the request or its answer: at most
+        // max_chunk_macs chunks per request.
+        const std::uint64_t request_bytes = std::min<std::uint64_t>(
+            options.request_bytes, std::uint64_t{chunk} * proto::max_chunk_macs);
         for (const layout::SlotRegions &slot : per_slot) {
             std::size_t i = 0;
             std::uint64_t region_done = 0; // bytes of regions[i] already given to a request
@@ -586,10 +591,9 @@ struct Client::Impl {
                 std::vector<std::pair<std::byte *, std::size_t>> segments;
                 std::uint64_t bytes = 0;
                 while (i < slot.regions.size() && req_regions.size() < max_io_regions &&
-                       bytes < options.request_bytes) {
+                       bytes < request_bytes) {
                     const layout::ObjectRegion &o = slot.regions[i];
-                    const std::uint64_t n =
-                        std::min(o.length - region_done, options.request_bytes - bytes);
+                    const std::uint64_t n = std::min(o.length - region_done, request_bytes - bytes);
                     req_regions.push_back({o.object_offset + region_done, n});
                     segments.emplace_back(memory + o.memory_offset + region_done,
                                           static_cast<std::size_t>(n));
@@ -605,20 +609,22 @@ struct Client::Impl {
                     data.reserve(bytes);
                     for (const auto &[p, n] : segments)
                         data.insert(data.end(), p, p + n);
-                    r->req.body = proto::WriteRequest{h, std::move(req_regions), chunk,
-                                                      0, std::move(data),        {}};
+                    r->req.body = proto::WriteRequest{
+                        h, std::move(req_regions), chunk, 0, std::move(data), {}, {}};
                 } else {
                     r->pieces.reserve(segments.size());
                     for (const auto &[base, n] : segments)
                         r->pieces.push_back({base, n});
                     r->is_write = is_write;
                     r->chunk = chunk;
+                    r->no_macs = !options.chunk_macs && cluster.defaults.insecure_benchmark_only;
                     r->rdma = rdma;
                     if (is_write) {
                         r->req.body =
-                            proto::WriteRequest{h, std::move(req_regions), chunk, 0, {}, {}};
+                            proto::WriteRequest{h, std::move(req_regions), chunk, 0, {}, {}, {}};
                     } else {
-                        r->req.body = proto::ReadRequest{h, std::move(req_regions), chunk, 0, {}};
+                        r->req.body =
+                            proto::ReadRequest{h, std::move(req_regions), chunk, 0, {}, {}};
                     }
                 }
                 rpcs.push_back(std::move(r));

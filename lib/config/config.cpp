@@ -274,6 +274,18 @@ public:
         if (count == 0) {
             count = static_cast<std::uint32_t>(data_servers);
         }
+        if (c.defaults.insecure_benchmark_only) {
+            // Unchecked bulk data is for a benchmark on one machine only.
+            for (const Server &s : c.servers) {
+                for (const std::string &url : s.addresses) {
+                    if (!loopback(parse_address(url).host))
+                        fail(*insecure_, "defaults.insecure_benchmark_only",
+                             fmt::format("server {} has the address {}, not on loopback (the "
+                                         "switch is for benchmarks on one machine)",
+                                         s.name, url));
+                }
+            }
+        }
         return c;
     }
 
@@ -318,7 +330,8 @@ private:
                         "frame_min_rate",
                         "unexpected_total_bytes",
                         "early_total_bytes",
-                        "send_queue_bytes"});
+                        "send_queue_bytes",
+                        "insecure_benchmark_only"});
         if (const Value *v = member(d, "stripe_size")) {
             const std::uint32_t size =
                 require_size_in(*v, "defaults.stripe_size", min_stripe_size, max_stripe_size);
@@ -353,6 +366,10 @@ private:
         }
         if (const Value *v = member(d, "require_bound")) {
             out.require_bound = require_bool(*v, "defaults.require_bound");
+        }
+        if (const Value *v = member(d, "insecure_benchmark_only")) {
+            out.insecure_benchmark_only = require_bool(*v, "defaults.insecure_benchmark_only");
+            insecure_ = v; // checked against the servers once they are known
         }
         if (const Value *v = member(d, "durable_metadata")) {
             out.durable_metadata = require_bool(*v, "defaults.durable_metadata");
@@ -590,6 +607,12 @@ private:
 
     std::string base_dir_;
     const Value *stripe_count_ = nullptr;
+    const Value *insecure_ = nullptr;
+
+    static bool loopback(std::string_view host)
+    {
+        return host == "localhost" || host == "[::1]" || host.starts_with("127.");
+    }
 };
 
 // toml11's messages are several lines: a summary, then the offending lines
@@ -835,6 +858,8 @@ std::string to_toml(const Cluster &c)
     out += fmt::format("root_squash = {}\n", d.root_squash);
     out += fmt::format("require_bound = {}\n", d.require_bound);
     out += fmt::format("durable_metadata = {}\n", d.durable_metadata);
+    if (d.insecure_benchmark_only) // only when on, as group_commit
+        out += "insecure_benchmark_only = true\n";
     if (!d.group_commit) // only when off: a cluster's hash stays what it was before the key
         out += "group_commit = false\n";
     out += fmt::format("session_ttl = {}\n", detail::duration_toml(d.session_ttl_ms));

@@ -213,6 +213,20 @@ template <class Io, Is<ReaddirRequest> B> void fields(Io &io, B &b)
     io.num(b.max_entries);
 }
 
+template <class Io, class V> void chunk_tags(Io &io, V &v)
+{
+    io.list(v, max_chunk_macs, chunk_mac_size, "more than 4096 chunk MACs",
+            [&io](auto &t) { io.tag(t); });
+}
+
+template <class Io, Is<ChunkMacs> B> void fields(Io &io, B &m)
+{
+    io.num(m.key_check);
+    if (m.key_check == 0)
+        io.fail_if_decoding(DecodeError::bad_value, "chunk MACs with a key check of 0");
+    chunk_tags(io, m.tags);
+}
+
 template <class Io, Is<ReadRequest> B> void fields(Io &io, B &b)
 {
     io.num(b.handle);
@@ -220,6 +234,10 @@ template <class Io, Is<ReadRequest> B> void fields(Io &io, B &b)
     io.num(b.chunk_size);
     io.num(b.flags);
     io.blob(b.rdma, max_rdma_descriptor, "RDMA descriptor longer than 32 KiB");
+    io.trailing(b.macs, [&io](auto &m) { fields(io, m); });
+    // A read's tags come in its response.
+    if (b.macs && !b.macs->tags.empty())
+        io.fail_if_decoding(DecodeError::bad_value, "a read request with chunk tags");
 }
 
 template <class Io, Is<WriteRequest> B> void fields(Io &io, B &b)
@@ -232,6 +250,9 @@ template <class Io, Is<WriteRequest> B> void fields(Io &io, B &b)
     io.blob(b.rdma, max_rdma_descriptor, "RDMA descriptor longer than 32 KiB");
     if (!b.inline_data.empty() && !b.rdma.empty())
         io.fail_if_decoding(DecodeError::bad_value, "a write with inline data and RDMA");
+    io.trailing(b.macs, [&io](auto &m) { fields(io, m); });
+    if (b.macs && !b.inline_data.empty())
+        io.fail_if_decoding(DecodeError::bad_value, "a write with inline data and chunk MACs");
 }
 
 template <class Io, Is<ObjectSizesRequest> B> void fields(Io &io, B &b)
@@ -443,8 +464,14 @@ template <class Io, Is<StatfsResponse> B> void fields(Io &io, B &b)
     io.num(b.free_objects);
 }
 
-template <class Io, class B>
-requires(Is<B, ReadResponse> || Is<B, WriteResponse>) void fields(Io &io, B &b)
+template <class Io, Is<ReadResponse> B> void fields(Io &io, B &b)
+{
+    io.num(b.bytes);
+    io.num(b.object_size);
+    io.trailing(b.macs, [&io](auto &v) { chunk_tags(io, v); });
+}
+
+template <class Io, Is<WriteResponse> B> void fields(Io &io, B &b)
 {
     io.num(b.bytes);
     io.num(b.object_size);

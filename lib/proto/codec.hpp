@@ -75,6 +75,7 @@ public:
         out_.insert(out_.end(), b.begin(), b.end());
     }
     void hash(const std::array<std::byte, 32> &h) { out_.insert(out_.end(), h.begin(), h.end()); }
+    void tag(const ChunkMac &t) { out_.insert(out_.end(), t.begin(), t.end()); }
     // An array: u32 count, then each element through `each`.
     template <class T, class Each>
     void list(const std::vector<T> &v, std::size_t /*limit*/, std::size_t /*min_element*/,
@@ -243,6 +244,15 @@ public:
         }
         std::copy_n(in_.begin() + static_cast<std::ptrdiff_t>(pos_), h.size(), h.begin());
         pos_ += h.size();
+    }
+    void tag(ChunkMac &t)
+    {
+        if (!need(t.size(), "message truncated in a chunk MAC")) {
+            t.fill(std::byte{0});
+            return;
+        }
+        std::copy_n(in_.begin() + static_cast<std::ptrdiff_t>(pos_), t.size(), t.begin());
+        pos_ += t.size();
     }
     // `min_element` is the smallest encoding of one element: a count the
     // bytes left cannot hold is refused before anything is allocated.

@@ -226,6 +226,16 @@ bool create_opens(const RequestBody &body) noexcept
     return c != nullptr && c->open.has_value();
 }
 
+// Whether the request is a read or write that carries chunk MACs (the
+// envelope says so with request_chunk_macs).
+bool has_chunk_macs(const RequestBody &body) noexcept
+{
+    if (const auto *r = std::get_if<ReadRequest>(&body))
+        return r->macs.has_value();
+    const auto *w = std::get_if<WriteRequest>(&body);
+    return w != nullptr && w->macs.has_value();
+}
+
 } // namespace
 
 const char *op_name(Op op) noexcept
@@ -306,6 +316,7 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     e.num((req.once.present() ? request_has_once : 0U) |
           (req.knows_orphaned ? request_knows_orphaned : 0U) | (req.to ? request_bound : 0U) |
           (create_opens(req.body) ? request_create_opens : 0U) |
+          (has_chunk_macs(req.body) ? request_chunk_macs : 0U) |
           (key.id() ? request_keyed : 0U)); // flags
     e.num(req.request_id);
     e.num(req.session);
@@ -457,6 +468,9 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
     if (d.ok() && (flags & request_create_opens) != 0 && op != Op::create) {
         d.fail(DecodeError::bad_flags, "create_opens flag on another op than create", flags);
     }
+    if (d.ok() && (flags & request_chunk_macs) != 0 && op != Op::read && op != Op::write) {
+        d.fail(DecodeError::bad_flags, "chunk_macs flag on another op than read or write", flags);
+    }
     const std::span<const std::byte> body = verified_body(d, message, key);
     if (!d.ok()) {
         return d.result();
@@ -466,6 +480,12 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
         return {DecodeError::bad_value,
                 (flags & request_create_opens) != 0 ? "create_opens flag without the open"
                                                     : "create's open without the create_opens flag",
+                0};
+    }
+    if (r && has_chunk_macs(out.body) != ((flags & request_chunk_macs) != 0)) {
+        return {DecodeError::bad_value,
+                (flags & request_chunk_macs) != 0 ? "chunk_macs flag without the MACs"
+                                                  : "chunk MACs without the chunk_macs flag",
                 0};
     }
     return r;

@@ -29,6 +29,7 @@ CLIENTS = (1, 2, 4)
 STRIPES = (1, 2, 4)
 MD_CLIENTS = (1, 4)
 HOLD_CLIENTS = (1, 4)
+MAC_CLIENTS = (4,)  # chunk MACs on/off pairs, S = DATA_SERVERS
 DATA_SERVERS = 4
 COMPARE_FEATURES = ("same", "reply-cache", "hold")
 COMPARE_PAIRS = 20
@@ -92,6 +93,10 @@ def expected_targets(fuse_files=None):
     for c in HOLD_CLIENTS:
         names[f"write MB/s C={c} S={DATA_SERVERS}, open references on/off"] = ("ratio", ">= 0.95",
                                                                               0.95)
+    for c in MAC_CLIENTS:
+        for op in ("write", "read"):
+            names[f"{op} MB/s C={c} S={DATA_SERVERS}, chunk MACs on/off"] = ("ratio", ">= 0.95",
+                                                                            0.95)
     return names
 
 
@@ -146,6 +151,9 @@ def paired_of(name, rows, pairs, fuse_files):
     if name.startswith("creates/s") and "open references" in name:
         c = name.split("C=")[1].split(",")[0]
         return True, pair_median(pairs, "hold", "create", c)
+    if "chunk MACs" in name:
+        op, c = name.split(" ")[0], name.split("C=")[1].split(" ")[0]
+        return True, paired_ratio(rows, ("pvfs-bench-macs", "pvfs", op, c), "macs", "none")
     if "open references" in name:
         c = name.split("C=")[1].split(" ")[0]
         return True, paired_ratio(rows, ("pvfs-bench-hold", "pvfs", "write", c), "hold", "plain")
@@ -233,6 +241,10 @@ def check_data(out):
     for c in HOLD_CLIENTS:
         for kind in ("hold", "plain"):
             expect[("pvfs-bench-hold", "pvfs", kind, "write", str(c), str(DATA_SERVERS))] = REPS
+    for c in MAC_CLIENTS:
+        for kind in ("macs", "none"):
+            for op in ("write", "read"):
+                expect[("pvfs-bench-macs", "pvfs", kind, op, str(c), str(DATA_SERVERS))] = REPS
     got = {}
     for r in rows:
         key = (r.get("phase"), r.get("what"), r.get("target"), r.get("op"), r.get("clients"),

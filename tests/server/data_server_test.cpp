@@ -107,7 +107,7 @@ ATF_TEST_CASE_BODY(inline_write_and_hole)
     DataCluster dc;
     const Handle h = make_handle(0, 77);
     const std::vector<std::byte> data = test::pattern(1000, 1);
-    proto::WriteRequest w{h, {{5000, 1000}}, chunk, 0, data, {}};
+    proto::WriteRequest w{h, {{5000, 1000}}, chunk, 0, data, {}, {}};
     const Call wc = dc.client.call(w);
     require_ok(wc, "inline write");
     ATF_REQUIRE_EQ(std::get<proto::WriteResponse>(wc.response.body).bytes, 1000U);
@@ -115,8 +115,8 @@ ATF_TEST_CASE_BODY(inline_write_and_hole)
 
     // Reading past the end: the hole and the tail read as zeros.
     std::vector<std::byte> back(8000, std::byte{0xee});
-    const Call rc =
-        dc.client.call(proto::ReadRequest{h, {{0, 8000}}, chunk, 0, {}}, 20000, {}, back, chunk);
+    const Call rc = dc.client.call(proto::ReadRequest{h, {{0, 8000}}, chunk, 0, {}, {}}, 20000, {},
+                                   back, chunk);
     require_ok(rc, "read");
     ATF_REQUIRE_EQ(std::get<proto::ReadResponse>(rc.response.body).object_size, 6000U);
     for (std::size_t i = 0; i < 8000; ++i) {
@@ -136,23 +136,23 @@ ATF_TEST_CASE_BODY(bulk_list_io)
     const std::vector<proto::Region> regions{{0, 300000}, {1000000, 500000}, {3000000, 248699}};
     const std::size_t total = 300000 + 500000 + 248699;
     const std::vector<std::byte> data = test::pattern(total, 7);
-    const Call wc =
-        dc.client.call(proto::WriteRequest{h, regions, chunk, 0, {}, {}}, 20000, data, {}, chunk);
+    const Call wc = dc.client.call(proto::WriteRequest{h, regions, chunk, 0, {}, {}, {}}, 20000,
+                                   data, {}, chunk);
     require_ok(wc, "bulk write");
     ATF_REQUIRE_EQ(std::get<proto::WriteResponse>(wc.response.body).bytes, total);
     ATF_REQUIRE_EQ(object_size(dc.client, h), 3248699U);
 
     std::vector<std::byte> back(total);
     const Call rc =
-        dc.client.call(proto::ReadRequest{h, regions, chunk, 0, {}}, 20000, {}, back, chunk);
+        dc.client.call(proto::ReadRequest{h, regions, chunk, 0, {}, {}}, 20000, {}, back, chunk);
     require_ok(rc, "bulk read");
     ATF_REQUIRE(back == data);
 
     // The bytes sit where the regions said: read one contiguous span that
     // covers the end of region 0 and the start of the gap.
     std::vector<std::byte> span(1000);
-    const Call sc = dc.client.call(proto::ReadRequest{h, {{299500, 1000}}, chunk, 0, {}}, 20000, {},
-                                   span, chunk);
+    const Call sc = dc.client.call(proto::ReadRequest{h, {{299500, 1000}}, chunk, 0, {}, {}}, 20000,
+                                   {}, span, chunk);
     require_ok(sc, "span read");
     for (std::size_t i = 0; i < 500; ++i)
         ATF_REQUIRE(span[i] == data[299500 + i]);
@@ -167,9 +167,9 @@ ATF_TEST_CASE_BODY(fsync_truncate_remove_list)
     const Handle a = make_handle(0, 10);
     const Handle b = make_handle(0, 11);
     for (const Handle h : {a, b}) {
-        require_ok(
-            dc.client.call(proto::WriteRequest{h, {{0, 100}}, chunk, 0, test::pattern(100, 3), {}}),
-            "write");
+        require_ok(dc.client.call(
+                       proto::WriteRequest{h, {{0, 100}}, chunk, 0, test::pattern(100, 3), {}, {}}),
+                   "write");
     }
     require_ok(dc.client.call(proto::FsyncRequest{a}), "fsync");
     require_ok(dc.client.call(proto::TruncateObjectRequest{a, 10}), "truncate");
@@ -197,20 +197,20 @@ ATF_TEST_CASE_WITHOUT_HEAD(bad_requests);
 ATF_TEST_CASE_BODY(bad_requests)
 {
     DataCluster dc;
+    require_status(dc.client.call(proto::WriteRequest{
+                       no_handle, {{0, 1}}, chunk, 0, test::pattern(1, 1), {}, {}}),
+                   EINVAL, "handle 0");
     require_status(
-        dc.client.call(proto::WriteRequest{no_handle, {{0, 1}}, chunk, 0, test::pattern(1, 1), {}}),
-        EINVAL, "handle 0");
+        dc.client.call(proto::ReadRequest{make_handle(0, 5), {{0, 100000}}, 1000, 0, {}, {}}),
+        EINVAL, "chunk below the minimum");
     require_status(
-        dc.client.call(proto::ReadRequest{make_handle(0, 5), {{0, 100000}}, 1000, 0, {}}), EINVAL,
-        "chunk below the minimum");
-    require_status(
-        dc.client.call(proto::ReadRequest{make_handle(0, 5), {{0, 100000}}, 4U << 20U, 0, {}}),
+        dc.client.call(proto::ReadRequest{make_handle(0, 5), {{0, 100000}}, 4U << 20U, 0, {}, {}}),
         EINVAL, "chunk above the server's");
     require_status(dc.client.call(proto::WriteRequest{
-                       make_handle(0, 5), {{0, 10}}, chunk, 0, test::pattern(9, 1), {}}),
+                       make_handle(0, 5), {{0, 10}}, chunk, 0, test::pattern(9, 1), {}, {}}),
                    EINVAL, "inline data shorter than the regions");
     require_status(dc.client.call(proto::ReadRequest{
-                       make_handle(0, 5), {{~std::uint64_t{0} - 5, 10}}, chunk, 0, {}}),
+                       make_handle(0, 5), {{~std::uint64_t{0} - 5, 10}}, chunk, 0, {}, {}}),
                    EINVAL, "region beyond 2^63");
     require_status(dc.client.call(proto::LookupRequest{root_handle, "x"}), EOPNOTSUPP,
                    "metadata op to a data server");
@@ -218,11 +218,11 @@ ATF_TEST_CASE_BODY(bad_requests)
     // request's connection (tcp): refused before any byte is stored.
     const Handle described = make_handle(0, 6);
     require_status(dc.client.call(proto::WriteRequest{
-                       described, {{0, 100}}, chunk, 0, {}, test::pattern(40, 2)}),
+                       described, {{0, 100}}, chunk, 0, {}, test::pattern(40, 2), {}}),
                    EOPNOTSUPP, "write with an RDMA descriptor over tcp");
-    require_status(
-        dc.client.call(proto::ReadRequest{described, {{0, 100}}, chunk, 0, test::pattern(40, 3)}),
-        EOPNOTSUPP, "read with an RDMA descriptor over tcp");
+    require_status(dc.client.call(proto::ReadRequest{
+                       described, {{0, 100}}, chunk, 0, test::pattern(40, 3), {}}),
+                   EOPNOTSUPP, "read with an RDMA descriptor over tcp");
     ATF_REQUIRE_EQ(object_size(dc.client, described), proto::no_object_size);
     // Still serving.
     require_ok(dc.client.call(proto::StatusRequest{}), "status after bad requests");
@@ -294,8 +294,9 @@ int raw_status(RawClient &client, std::span<const std::byte> bytes)
 std::vector<std::byte> read_object(RawClient &client, Handle h, std::size_t n)
 {
     std::vector<std::byte> back(n, std::byte{0xee});
-    require_ok(client.call(proto::ReadRequest{h, {{0, n}}, chunk, 0, {}}, 20000, {}, back, chunk),
-               "read");
+    require_ok(
+        client.call(proto::ReadRequest{h, {{0, n}}, chunk, 0, {}, {}}, 20000, {}, back, chunk),
+        "read");
     return back;
 }
 
@@ -310,15 +311,15 @@ ATF_TEST_CASE_BODY(misdirected_requests)
     TwoDataCluster dc;
     const Handle h = make_handle(0, 4242);
     const std::vector<std::byte> data1 = test::pattern(3000, 11);
-    require_ok(dc.client1.call(proto::WriteRequest{h, {{0, 3000}}, chunk, 0, data1, {}}),
+    require_ok(dc.client1.call(proto::WriteRequest{h, {{0, 3000}}, chunk, 0, data1, {}, {}}),
                "write on data1");
-    require_ok(dc.client0.call(proto::WriteRequest{h, {{0, 3000}}, chunk, 0, data1, {}}),
+    require_ok(dc.client0.call(proto::WriteRequest{h, {{0, 3000}}, chunk, 0, data1, {}, {}}),
                "write on data0");
 
     const std::vector<std::byte> truncate = dc.client0.encode(proto::TruncateObjectRequest{h, 0});
     ATF_REQUIRE_EQ(raw_status(dc.client1, truncate), EINVAL);
     const std::vector<std::byte> write = dc.client0.encode(
-        proto::WriteRequest{h, {{100, 500}}, chunk, 0, test::pattern(500, 12), {}});
+        proto::WriteRequest{h, {{100, 500}}, chunk, 0, test::pattern(500, 12), {}, {}});
     ATF_REQUIRE_EQ(raw_status(dc.client1, write), EINVAL);
     // Another file system's request for data1's own index is refused too.
     RawClient other_fs{dc.files, "data1"};

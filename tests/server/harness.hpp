@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -193,8 +194,27 @@ public:
     proto::OnceIds once;                  // likewise (none by default)
     std::optional<proto::Destination> to; // likewise
 
+    // Chunk MACs (docs/protocol.md "Chunk MACs"): call() gives a read or
+    // write with bulk data (and chunk > 0) the MACs libpvfs would, under
+    // the connection's session key (a status request first makes the
+    // connection when there is none yet), and checks a read's against the
+    // bytes that came (a mismatch is Call::error).  Tests that play an
+    // attacker turn them off, or change what they cover:
+    bool chunk_macs = true;
+    // Called with the binding the tags are computed under (another
+    // request's ids, another handle: tags the server must refuse).
+    std::function<void(proto::ChunkBinding &)> bind_hook;
+    // Called with a copy of the write's stream after its tags are made:
+    // the bytes that actually go (a byte flipped, chunks swapped).
+    std::function<void(std::vector<std::byte> &)> data_hook;
+    // Called with the tags before the request is encoded.
+    std::function<void(std::vector<proto::ChunkMac> &)> tags_hook;
+
 private:
     proto::Request make_request(proto::RequestBody body);
+    // The session key of the connection to the server, connecting first
+    // (a status request) when there is none.
+    std::optional<proto::SessionKey> session_key();
 
     bmi::Bmi bmi_;
     bmi::ContextId ctx_;

@@ -435,6 +435,32 @@ ATF_TEST_CASE_BODY(defaults_errors)
     ATF_REQUIRE(c.defaults.default_layout == (pvfs::Layout{65536, 1, 0}));
 }
 
+// insecure_benchmark_only (docs/security.md "Chunk MACs"): off by default
+// and not written then; on, only for a cluster all on loopback.
+ATF_TEST_CASE_WITHOUT_HEAD(insecure_benchmark_only);
+ATF_TEST_CASE_BODY(insecure_benchmark_only)
+{
+    const config::Result plain = parse_text(text_with({}));
+    require_msg(plain.ok(), plain.error);
+    ATF_REQUIRE(!plain.cluster.defaults.insecure_benchmark_only);
+    ATF_REQUIRE(config::to_toml(plain.cluster).find("insecure") == std::string::npos);
+    const config::Result on =
+        parse_text(text_with({}, "\n[defaults]\ninsecure_benchmark_only = true\n"));
+    require_msg(on.ok(), on.error);
+    ATF_REQUIRE(on.cluster.defaults.insecure_benchmark_only);
+    const std::string text = config::to_toml(on.cluster);
+    ATF_REQUIRE(text.find("insecure_benchmark_only = true\n") != std::string::npos);
+    const config::Result again = parse_text(text);
+    require_msg(again.ok() && again.cluster == on.cluster, again.error);
+    // One server off loopback: refused, naming it.
+    expect_error(text_with({{14, "addresses = [\"tcp://10.1.2.3:3335\"]"}},
+                           "\n[defaults]\ninsecure_benchmark_only = true\n"),
+                 "t.toml:19: defaults.insecure_benchmark_only: ",
+                 "server d0 has the address tcp://10.1.2.3:3335, not on loopback");
+    expect_error(text_with({}, "\n[defaults]\ninsecure_benchmark_only = 1\n"),
+                 "t.toml:19: defaults.insecure_benchmark_only: ", "expected true or false");
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(server_errors);
 ATF_TEST_CASE_BODY(server_errors)
 {
@@ -880,6 +906,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, filesystem_errors);
     ATF_ADD_TEST_CASE(tcs, defaults_errors);
     ATF_ADD_TEST_CASE(tcs, server_errors);
+    ATF_ADD_TEST_CASE(tcs, insecure_benchmark_only);
     ATF_ADD_TEST_CASE(tcs, unknown_keys);
     ATF_ADD_TEST_CASE(tcs, bad_units);
     ATF_ADD_TEST_CASE(tcs, relative_paths);

@@ -424,7 +424,8 @@ ATF_TEST_CASE_BODY(nonzero_flags)
     // Bit 0 is request_has_once (once_ids below), bit 1
     // request_knows_orphaned (orphaned_field), bit 2 request_bound
     // (destination), bit 3 request_create_opens (create_open_field, here on
-    // another op), bit 4 request_keyed (keyed); every other bit is unknown.
+    // another op), bit 4 request_keyed (keyed), bit 5 request_chunk_macs
+    // (chunk_macs_field, here on another op); every other bit is unknown.
     for (const std::uint32_t flags : {8U, 32U, 0x80000000U, 0xFFFFFFFFU}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u32(m, request_flags_at, flags);
@@ -697,6 +698,127 @@ ATF_TEST_CASE_BODY(create_open_field)
     proto::CreateRequest bare = body;
     bare.open.reset();
     ATF_REQUIRE(proto::body_digest(body, scratch) != proto::body_digest(bare, scratch));
+}
+
+// Chunk MACs travel at the end of a read's or write's body, with the
+// envelope flag that says so; the two must agree, and the list is bounded.
+ATF_TEST_CASE_WITHOUT_HEAD(chunk_macs_field);
+ATF_TEST_CASE_BODY(chunk_macs_field)
+{
+    const auto key = samples::test_key();
+    proto::WriteRequest body{.handle = 7, .regions = {{0, 3U << 16U}}, .chunk_size = 1U << 16U};
+    proto::Request req = samples::request(body);
+    req.once = {};
+    const auto plain = encoded(req, key);
+    proto::ChunkMac t{};
+    t.fill(std::byte{0xAB});
+    body.macs = proto::ChunkMacs{.key_check = 0x1122334455667788, .tags = {t, t, t}};
+    req.body = body;
+    const auto with_macs = encoded(req, key);
+    ATF_REQUIRE_EQ(static_cast<unsigned>(with_macs.at(request_flags_at)), 32U);
+    ATF_REQUIRE_EQ(with_macs.size(), plain.size() + 8 + 4 + 3 * proto::chunk_mac_size);
+    proto::Request back;
+    ATF_REQUIRE(proto::decode(with_macs, key, back));
+    ATF_REQUIRE(back == req);
+    ATF_REQUIRE(proto::decode(plain, key, back));
+    ATF_REQUIRE(!std::get<proto::WriteRequest>(back.body).macs.has_value());
+
+    auto flag_only = plain;
+    put_u32(flag_only, request_flags_at, 32);
+    resign(flag_only);
+    const auto r1 = decode_request(flag_only);
+    require_error(r1, DecodeError::bad_value, "flag without the MACs");
+    ATF_REQUIRE_EQ(std::string(r1.what), "chunk_macs flag without the MACs");
+    auto macs_only = with_macs;
+    put_u32(macs_only, request_flags_at, 0);
+    resign(macs_only);
+    const auto r2 = decode_request(macs_only);
+    require_error(r2, DecodeError::bad_value, "MACs without the flag");
+    ATF_REQUIRE_EQ(std::string(r2.what), "chunk MACs without the chunk_macs flag");
+    for (std::size_t n = 0; n < with_macs.size(); ++n) {
+        require_error(decode_request(std::span(with_macs).first(n)), DecodeError::truncated,
+                      "write with MACs cut to " + std::to_string(n) + " bytes");
+    }
+    const auto decode_with = [&](proto::RequestBody b) {
+        proto::Request r = req;
+        r.body = std::move(b);
+        return proto::decode(encoded(r, key), key, back);
+    };
+    proto::WriteRequest zero = body;
+    zero.macs->key_check = 0;
+    require_error(decode_with(zero), DecodeError::bad_value, "key check 0");
+    proto::WriteRequest huge = body;
+    huge.macs->tags.resize(proto::max_chunk_macs + 1);
+    require_error(decode_with(huge), DecodeError::too_long, "4097 tags");
+    proto::WriteRequest inline_too = body;
+    inline_too.inline_data = samples::pattern(10, 1);
+    require_error(decode_with(inline_too), DecodeError::bad_value, "inline data and MACs");
+    // A read names the key only; its tags come in the response.
+    proto::ReadRequest read{.handle = 7, .regions = {{0, 100}}, .chunk_size = 1U << 16U};
+    read.macs = proto::ChunkMacs{.key_check = 5, .tags = {}};
+    ATF_REQUIRE(decode_with(read));
+    ATF_REQUIRE(back.body == proto::RequestBody(read));
+    read.macs->tags = {t};
+    require_error(decode_with(read), DecodeError::bad_value, "a read request with tags");
+
+    // The response's tags: present exactly when sent.
+    proto::Response resp = samples::response(proto::ReadResponse{.bytes = 1, .object_size = 2});
+    resp.body = proto::ReadResponse{.bytes = 1, .object_size = 2, .macs = std::vector{t, t}};
+    std::vector<std::byte> out;
+    proto::encode(resp, key, out);
+    proto::Response rback;
+    ATF_REQUIRE(proto::decode(out, key, rback));
+    ATF_REQUIRE(rback == resp);
+
+    // The MAC binds every field of the binding, the index and the bytes.
+    proto::SessionKey sk{};
+    sk.fill(std::byte{3});
+    const std::vector<std::byte> data = samples::pattern(1000, 2);
+    const std::span<const std::byte> piece(data);
+    const proto::ChunkBinding b0{true, 1, 2, 3, 4, 5, 6, 65536};
+    const proto::ChunkMac m0 = proto::chunk_mac(sk, b0, 0, std::span(&piece, 1));
+    ATF_REQUIRE(proto::same_mac(m0, proto::chunk_mac(sk, b0, 0, std::span(&piece, 1))));
+    // Scattered the same bytes give the same tag.
+    const std::array<std::span<const std::byte>, 2> halves{piece.first(300), piece.subspan(300)};
+    ATF_REQUIRE(proto::same_mac(m0, proto::chunk_mac(sk, b0, 0, halves)));
+    ATF_REQUIRE(!proto::same_mac(m0, proto::chunk_mac(sk, b0, 1, std::span(&piece, 1))));
+    for (int f = 0; f < 8; ++f) {
+        proto::ChunkBinding b = b0;
+        switch (f) {
+        case 0:
+            b.is_write = false;
+            break;
+        case 1:
+            ++b.fs_id;
+            break;
+        case 2:
+            ++b.server_index;
+            break;
+        case 3:
+            ++b.handle;
+            break;
+        case 4:
+            ++b.session;
+            break;
+        case 5:
+            ++b.seq;
+            break;
+        case 6:
+            ++b.request_id;
+            break;
+        default:
+            ++b.chunk_size;
+            break;
+        }
+        ATF_REQUIRE(!proto::same_mac(m0, proto::chunk_mac(sk, b, 0, std::span(&piece, 1))));
+    }
+    const std::span<const std::byte> shorter = piece.first(999);
+    ATF_REQUIRE(!proto::same_mac(m0, proto::chunk_mac(sk, b0, 0, std::span(&shorter, 1))));
+    proto::SessionKey other = sk;
+    other[0] = std::byte{4};
+    ATF_REQUIRE(!proto::same_mac(m0, proto::chunk_mac(other, b0, 0, std::span(&piece, 1))));
+    ATF_REQUIRE(proto::session_key_check(sk) != 0);
+    ATF_REQUIRE(proto::session_key_check(sk) != proto::session_key_check(other));
 }
 
 // The open-reference bodies refuse what no client sends.
@@ -1293,6 +1415,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, nonzero_flags);
     ATF_ADD_TEST_CASE(tcs, orphaned_field);
     ATF_ADD_TEST_CASE(tcs, create_open_field);
+    ATF_ADD_TEST_CASE(tcs, chunk_macs_field);
     ATF_ADD_TEST_CASE(tcs, open_close_values);
     ATF_ADD_TEST_CASE(tcs, once_ids);
     ATF_ADD_TEST_CASE(tcs, destination);

@@ -1,0 +1,144 @@
+// net-mac: which MAC the chunk MACs of docs/protocol.md "Chunk MACs" use
+// (issue 25 step 4).  Not a message driver (bench/net/DRIVERS.md): it moves
+// no bytes, it times the candidate MACs over chunk-sized buffers in one
+// run, so that their ratios compare only the algorithms on this machine.
+//
+//     net-mac [--total BYTES] [--reps N]
+//
+// One line per (algorithm, chunk size):
+//     mac alg=poly1305 size=1048576 reps=5 gibps_min=.. gibps_median=.. gibps_max=..
+// Each rep MACs `total` bytes chunk by chunk, with the per-chunk work the
+// protocol needs: the keyed hashes start from the session key and absorb
+// the chunk's binding (40 bytes) first; Poly1305 takes a one-time key per
+// chunk, keyed BLAKE2b of the binding under the session key (the plan's
+// crypto_stream_chacha20 would need a nonce unique per key; the binding is
+// unique per chunk already, and 40 bytes of BLAKE2b cost nothing next to
+// the chunk).
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sodium.h>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Algorithm {
+    const char *name;
+    void (*mac)(const unsigned char *key, std::uint64_t index, const unsigned char *binding,
+                const unsigned char *data, std::size_t size, unsigned char *tag);
+};
+
+void hmac_sha256(const unsigned char *key, std::uint64_t /*index*/, const unsigned char *binding,
+                 const unsigned char *data, std::size_t size, unsigned char *tag)
+{
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, key, 32);
+    crypto_auth_hmacsha256_update(&st, binding, 40);
+    crypto_auth_hmacsha256_update(&st, data, size);
+    std::array<unsigned char, 32> full{};
+    crypto_auth_hmacsha256_final(&st, full.data());
+    std::copy_n(full.begin(), 16, tag);
+}
+
+void blake2b(const unsigned char *key, std::uint64_t /*index*/, const unsigned char *binding,
+             const unsigned char *data, std::size_t size, unsigned char *tag)
+{
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, key, 32, 16);
+    crypto_generichash_update(&st, binding, 40);
+    crypto_generichash_update(&st, data, size);
+    crypto_generichash_final(&st, tag, 16);
+}
+
+void poly1305(const unsigned char *key, std::uint64_t /*index*/, const unsigned char *binding,
+              const unsigned char *data, std::size_t size, unsigned char *tag)
+{
+    // The one-time key as lib/proto/chunk_mac.cpp makes it: keyed BLAKE2b
+    // of the chunk's binding, so that every chunk has its own key.
+    std::array<unsigned char, crypto_onetimeauth_KEYBYTES> one_time{};
+    crypto_generichash(one_time.data(), one_time.size(), binding, 40, key, 32);
+    crypto_onetimeauth_state st;
+    crypto_onetimeauth_init(&st, one_time.data());
+    crypto_onetimeauth_update(&st, data, size);
+    crypto_onetimeauth_final(&st, tag);
+}
+
+// A positive decimal number, or 0 when the text is not one.
+std::uint64_t parse(const char *text)
+{
+    char *end = nullptr;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (end == text || *end != '\0') {
+        std::fprintf(stderr, "net-mac: bad number %s\n", text);
+        return 0;
+    }
+    return v;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    std::uint64_t total = std::uint64_t{512} << 20U;
+    std::uint64_t reps = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string_view opt = argv[i];
+        if (opt == "--total")
+            total = parse(argv[i + 1]);
+        else if (opt == "--reps")
+            reps = parse(argv[i + 1]);
+        if ((opt != "--total" && opt != "--reps") || total == 0 || reps == 0) {
+            std::fprintf(stderr, "usage: net-mac [--total BYTES] [--reps N]\n");
+            return 2;
+        }
+    }
+    if (sodium_init() < 0)
+        return 1;
+    const std::array<Algorithm, 3> algorithms{
+        {{"hmac-sha256", hmac_sha256}, {"blake2b", blake2b}, {"poly1305", poly1305}}};
+    const std::array<std::size_t, 2> sizes{std::size_t{64} << 10U, std::size_t{1} << 20U};
+    std::vector<unsigned char> data(sizes.back());
+    randombytes_buf(data.data(), data.size());
+    std::array<unsigned char, 32> key{};
+    randombytes_buf(key.data(), key.size());
+    std::array<unsigned char, 40> binding{};
+    std::array<unsigned char, 16> tag{};
+    unsigned sink = 0;
+    for (const std::size_t size : sizes) {
+        // The algorithms interleaved rep by rep: a neighbour's load on this
+        // shared machine hits all of them alike.
+        std::vector<std::vector<double>> rates(algorithms.size());
+        for (std::uint64_t rep = 0; rep < reps; ++rep) {
+            for (std::size_t a = 0; a < algorithms.size(); ++a) {
+                const std::uint64_t chunks = std::max<std::uint64_t>(1, total / size);
+                const auto t0 = Clock::now();
+                for (std::uint64_t c = 0; c < chunks; ++c) {
+                    binding[0] = static_cast<unsigned char>(c);
+                    algorithms.at(a).mac(key.data(), c, binding.data(), data.data(), size,
+                                         tag.data());
+                    sink += tag[0];
+                }
+                const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+                rates.at(a).push_back(static_cast<double>(chunks * size) / s / 1073741824.0);
+            }
+        }
+        for (std::size_t a = 0; a < algorithms.size(); ++a) {
+            std::vector<double> &r = rates.at(a);
+            std::sort(r.begin(), r.end());
+            std::printf("mac alg=%s size=%zu reps=%llu gibps_min=%.3f gibps_median=%.3f "
+                        "gibps_max=%.3f\n",
+                        algorithms.at(a).name, size, static_cast<unsigned long long>(reps),
+                        r.front(), r[r.size() / 2], r.back());
+        }
+    }
+    return sink == 0xFFFFFFFFU ? 1 : 0;
+}
