@@ -82,9 +82,12 @@ struct KeyedCluster : test::Cluster {
 
     // `keys`: pvfs-key add arguments after the name, per client.
     // `before_keys` runs while the servers still serve the cluster key only.
+    // `extra`: more [defaults] lines.
     explicit KeyedCluster(const std::vector<std::vector<std::string>> &keys,
-                          const std::function<void(test::Cluster &)> &before_keys = {})
-        : test::Cluster(test::servers(1, 1), "request_timeout = \"10s\"\n", test::fresh_attrs())
+                          const std::function<void(test::Cluster &)> &before_keys = {},
+                          const std::string &extra = "")
+        : test::Cluster(test::servers(1, 1), "request_timeout = \"10s\"\n" + extra,
+                        test::fresh_attrs())
     {
         if (before_keys)
             before_keys(*this);
@@ -653,8 +656,58 @@ ATF_TEST_CASE_BODY(cluster_sessions_claimed)
             "the claim is not logged: " + cl.log());
 }
 
+// With client_keys set the cluster key is the servers' own, and a request
+// under it is refused, except what one server asks of another: the
+// metadata server's reclaimer removes the objects of a file whose holder
+// went silent (renewal, remove_object, orphan_done under the server key),
+// while a client holding that key still may not read, list or change.
+ATF_TEST_CASE_WITHOUT_HEAD(server_key_reclaims);
+ATF_TEST_CASE_BODY(server_key_reclaims)
+{
+    KeyedCluster cl({{"alpha", "--no-root-squash"}}, {}, "lease = \"2s\"\n");
+    auto holder = cl.as("alpha", 0, 0);
+    auto other = cl.as("alpha", 0, 0);
+    Attr attr;
+    require_rc(holder->create(root_handle, "held", 0644, true, {}, attr), 0, "create held");
+    const Handle held = attr.handle;
+    const auto data = test::pattern(5000, 4);
+    require_rc(holder->write(held, 0, data), static_cast<std::int64_t>(data.size()), "write");
+    require_rc(holder->open(held, client::Client::open_read, attr), 0, "open");
+    require_rc(other->unlink(root_handle, "held"), 0, "unlink");
+    require(orphan_state(*other, held) == 1, "held is no held orphan");
+    // The holder says nothing more (list_orphans and list_objects are no
+    // renewals): its hold goes a lease later, and nobody closes anything.
+    const auto gone = [&] {
+        if (orphan_state(*other, held) != 0)
+            return false;
+        client::HandlePage page;
+        require_rc(other->list_objects(0, 0, 1024, page), 0, "list_objects");
+        return std::ranges::find(page.handles, held) == page.handles.end();
+    };
+    const auto end = std::chrono::steady_clock::now() + 30s;
+    while (!gone() && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(200ms);
+    require(gone(), "the server's reclaimer did not remove the silent holder's file under the "
+                    "server key: " +
+                        std::to_string(orphan_state(*other, held)) + "; " + cl.log());
+
+    // A client with the cluster key gets none of the rest.
+    client::Options o = test::fresh_attrs();
+    o.request_timeout = 10s;
+    o.key_file = cl.files.key_path;
+    auto stale = cl.connect(std::move(o));
+    require_rc(stale->lookup(root_handle, "anything", attr), -EACCES,
+               "a lookup under the servers' key");
+    const auto raw = std::make_unique<test::RawClient>(
+        cl.files.cluster.servers.at(0).addresses.at(0), cl.files.key_path);
+    raw->to = proto::Destination{cl.files.cluster.fs_id, 0};
+    require(status(*raw, proto::CloseRequest{0x5e4e, {proto::OpenRef{held, 1}}}) == EACCES,
+            "a close of a file under the servers' key");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
+    ATF_ADD_TEST_CASE(tcs, server_key_reclaims);
     ATF_ADD_TEST_CASE(tcs, two_keys_each_work);
     ATF_ADD_TEST_CASE(tcs, other_keys_id_refused);
     ATF_ADD_TEST_CASE(tcs, unknown_ids_logged_once);
