@@ -1,6 +1,8 @@
 // pvfs-server's event loop (server.hpp).
 #include "server.hpp"
 
+#include "key_check.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -156,11 +158,14 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
     bmi::Bmi &b = *server->bmi_;
     // Every connection proves a key of the table before it is served
     // (docs/security.md "Connections"); looked up at the challenge and
-    // again at the proof, so a key revoked meanwhile is refused.
+    // again at the proof, so a key revoked meanwhile is refused.  With
+    // client_keys set the cluster key is the servers' own, and servers
+    // dial nobody (they only answer on the connections clients made), so
+    // a connection under it is a client's and is refused at once.
     b.set_authenticator(std::make_shared<auth::Authenticator>(
         [srv = server.get()](std::optional<std::uint32_t> id) -> std::shared_ptr<const proto::Key> {
             std::shared_ptr<const Client> c = id ? srv->keys_.find(*id) : srv->keys_.cluster();
-            if (!c || c->revoked) {
+            if (!c || c->revoked || c->servers_only) {
                 srv->log_handshake_refusal(id, c.get());
                 return nullptr;
             }
@@ -399,13 +404,15 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
     }
     // The envelope's key must be the one the connection proved: a key
     // holder must not send under another key on its connection (it could
-    // not MAC it anyway; this names it in the log).
+    // not MAC it anyway; this names it in the log), and a peer that proved
+    // nothing is not served at all.
     if (const std::optional<bmi::Identity> proved = bmi_->peer_identity(message.peer());
-        proved && proved->name != client->name()) {
+        !envelope_key_proved(proved, client->name())) {
         log_refusal(mismatch_refusals_, message.peer(),
                     fmt::format("dropped a request from {}: its envelope names key {}, its "
-                                "connection proved key {}",
-                                bmi_->rev_lookup(message.peer()), client->name(), proved->name));
+                                "connection proved {}",
+                                bmi_->rev_lookup(message.peer()), client->name(),
+                                proved ? "key " + proved->name : std::string("no key")));
         if (metrics_)
             metrics_->dropped(Dropped::unknown_key);
         return;
@@ -562,7 +569,11 @@ void Server::log_handshake_refusal(std::optional<std::uint32_t> id, const Client
     }
     // Known keys only: at most as many entries as the table has keys.
     log_counted(handshake_refusals_[id.value_or(0)],
-                fmt::format("connection refused: client key {} is revoked", client->name()));
+                client->revoked
+                    ? fmt::format("connection refused: client key {} is revoked", client->name())
+                    : fmt::format("connection refused: the cluster key is the servers' own once "
+                                  "client_keys is set ({})",
+                                  keys_.path()));
 }
 
 void Server::reload_keys(const char *why)
