@@ -248,6 +248,15 @@ struct Identity {
     std::string name;              // the key's name, as the authenticator gives it
     std::uint64_t incarnation = 0; // the peer's BMI incarnation (filled in by BMI)
     std::array<std::byte, 32> session_key{};
+
+    Identity() = default;
+    Identity(const Identity &) = default;
+    Identity(Identity &&) noexcept = default;
+    Identity &operator=(const Identity &) = default;
+    Identity &operator=(Identity &&) noexcept = default;
+    // Every copy wipes its session key when it goes (explicit_bzero: a
+    // store the compiler may not drop), wherever it was held.
+    ~Identity();
 };
 
 // An authenticator's state for one connection between two steps.
