@@ -158,14 +158,11 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
     bmi::Bmi &b = *server->bmi_;
     // Every connection proves a key of the table before it is served
     // (docs/security.md "Connections"); looked up at the challenge and
-    // again at the proof, so a key revoked meanwhile is refused.  With
-    // client_keys set the cluster key is the servers' own, and servers
-    // dial nobody (they only answer on the connections clients made), so
-    // a connection under it is a client's and is refused at once.
+    // again at the proof, so a key revoked meanwhile is refused.
     b.set_authenticator(std::make_shared<auth::Authenticator>(
         [srv = server.get()](std::optional<std::uint32_t> id) -> std::shared_ptr<const proto::Key> {
             std::shared_ptr<const Client> c = id ? srv->keys_.find(*id) : srv->keys_.cluster();
-            if (!c || c->revoked || c->servers_only) {
+            if (!c || c->revoked) {
                 srv->log_handshake_refusal(id, c.get());
                 return nullptr;
             }
@@ -569,11 +566,7 @@ void Server::log_handshake_refusal(std::optional<std::uint32_t> id, const Client
     }
     // Known keys only: at most as many entries as the table has keys.
     log_counted(handshake_refusals_[id.value_or(0)],
-                client->revoked
-                    ? fmt::format("connection refused: client key {} is revoked", client->name())
-                    : fmt::format("connection refused: the cluster key is the servers' own once "
-                                  "client_keys is set ({})",
-                                  keys_.path()));
+                fmt::format("connection refused: client key {} is revoked", client->name()));
 }
 
 void Server::reload_keys(const char *why)

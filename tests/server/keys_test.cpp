@@ -222,25 +222,6 @@ ATF_TEST_CASE_BODY(two_keys_each_work)
             "alpha's key file and the clients line differ");
 }
 
-// With client_keys set the cluster key is the servers' own and servers
-// dial nobody: a client presenting it is refused at the handshake, before
-// any request of its is read (not only its requests, one by one).
-ATF_TEST_CASE_WITHOUT_HEAD(cluster_key_refused_at_handshake);
-ATF_TEST_CASE_BODY(cluster_key_refused_at_handshake)
-{
-    KeyedCluster cl({{"alpha"}});
-    test::RawClient r = cl.raw(cl.files.key_path);
-    const test::Call c = r.call(proto::GetConfigRequest{}, 5000);
-    require(!c.answered, "a request under the cluster key was read and answered (status " +
-                             std::to_string(c.response.status) + ")");
-    require(c.transport_error == -EACCES, "the cluster key's connection failed with " +
-                                              std::to_string(c.transport_error) + ", not EACCES");
-    require(cl.log().find("connection refused: the cluster key is the servers' own") !=
-                std::string::npos,
-            "no log line for the cluster key's refused handshake: " + cl.log());
-    require(probe(cl, cl.key_path("alpha")) == 0, "alpha's get_config");
-}
-
 ATF_TEST_CASE_WITHOUT_HEAD(other_keys_id_refused);
 ATF_TEST_CASE_BODY(other_keys_id_refused)
 {
@@ -684,5 +665,4 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, sessions_bound_to_keys);
     ATF_ADD_TEST_CASE(tcs, replay_sessions_per_key);
     ATF_ADD_TEST_CASE(tcs, cluster_sessions_claimed);
-    ATF_ADD_TEST_CASE(tcs, cluster_key_refused_at_handshake);
 }

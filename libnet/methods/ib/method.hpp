@@ -419,7 +419,7 @@ struct Conn {
     Clock::time_point opened;   // the handshake's deadline runs from here
     bool refusing = false;      // a refusal is on its way: then closed
     int refuse_error = -EACCES; // what its ops fail with
-    bool qp_open = false; // the queue pair's remote access was raised (established)
+    bool qp_open = false;       // the queue pair's remote access was raised (established)
     // Accepted: counted against the connection caps, by source IP.
     bool accepted = false;
     std::string source;
