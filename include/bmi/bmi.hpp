@@ -87,7 +87,8 @@ enum class Info : std::uint8_t {
                            // twice their typical length (at most 1 ms), so
                            // a slow round trip is not paid with a sleep
     // Limits on what peers that have proved nothing may hold (docs/bmi.md,
-    // "Limits"); the tcp method enforces them.
+    // "Limits"); the tcp method enforces them, the ib method the
+    // connection caps and hello_timeout_ms.
     max_connections,             // accepted connections open at once; more are
                                  // closed at accept (4096)
     max_connections_per_address, // the same per source address (64)
