@@ -1,6 +1,8 @@
 // pvfs-server's event loop (server.hpp).
 #include "server.hpp"
 
+#include "key_check.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -455,13 +457,15 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
     }
     // The envelope's key must be the one the connection proved: a key
     // holder must not send under another key on its connection (it could
-    // not MAC it anyway; this names it in the log).
+    // not MAC it anyway; this names it in the log), and a peer that proved
+    // nothing is not served at all.
     if (const std::optional<bmi::Identity> proved = bmi_->peer_identity(message.peer());
-        proved && proved->name != client->name()) {
+        !envelope_key_proved(proved, client->name())) {
         log_refusal(mismatch_refusals_, message.peer(),
                     fmt::format("dropped a request from {}: its envelope names key {}, its "
-                                "connection proved key {}",
-                                bmi_->rev_lookup(message.peer()), client->name(), proved->name));
+                                "connection proved {}",
+                                bmi_->rev_lookup(message.peer()), client->name(),
+                                proved ? "key " + proved->name : std::string("no key")));
         if (metrics_)
             metrics_->dropped(Dropped::unknown_key);
         return;

@@ -87,7 +87,8 @@ enum class Info : std::uint8_t {
                            // twice their typical length (at most 1 ms), so
                            // a slow round trip is not paid with a sleep
     // Limits on what peers that have proved nothing may hold (docs/bmi.md,
-    // "Limits"); the tcp method enforces them.
+    // "Limits"); the tcp method enforces them, the ib method the
+    // connection caps and hello_timeout_ms.
     max_connections,             // accepted connections open at once; more are
                                  // closed at accept (4096)
     max_connections_per_address, // the same per source address (64)
@@ -248,6 +249,15 @@ struct Identity {
     std::string name;              // the key's name, as the authenticator gives it
     std::uint64_t incarnation = 0; // the peer's BMI incarnation (filled in by BMI)
     std::array<std::byte, 32> session_key{};
+
+    Identity() = default;
+    Identity(const Identity &) = default;
+    Identity(Identity &&) noexcept = default;
+    Identity &operator=(const Identity &) = default;
+    Identity &operator=(Identity &&) noexcept = default;
+    // Every copy wipes its session key when it goes (explicit_bzero: a
+    // store the compiler may not drop), wherever it was held.
+    ~Identity();
 };
 
 // An authenticator's state for one connection between two steps.

@@ -395,7 +395,9 @@ void Core::forget_peer(Addr addr)
     AddrEntry *e = entry(addr);
     if (e == nullptr || e->pinned)
         return;
-    addr_by_url_.erase(e->url);
+    // drop_identity may have unlinked the key (and a new session taken it).
+    if (const auto it = addr_by_url_.find(e->url); it != addr_by_url_.end() && it->second == addr)
+        addr_by_url_.erase(it);
     unexpected_pool->forget(addr);
     std::string().swap(e->url);
     std::string().swap(e->label);

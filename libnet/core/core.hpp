@@ -146,6 +146,10 @@ public:
     // False and nothing done for methods that have none.
     virtual bool poll_fast() { return false; }
     virtual void drop_peer(Addr addr, int error) = 0;
+    // After drop_peer for a dropped identity (Core::drop_identity): the
+    // messages addr sent that nobody has received yet (early ones, with
+    // their budget charges) go, so that no later session inherits them.
+    virtual void forget_messages(Addr /*addr*/) {}
     // Asked when an op has made no progress for the idle timeout: is its
     // peer alive?  Returns the time to count the op's idleness from: when
     // the peer was last heard from (any frame, pongs included) if that is

@@ -14,6 +14,11 @@
 
 namespace bmi {
 
+Identity::~Identity()
+{
+    explicit_bzero(session_key.data(), session_key.size()); // glibc's, from <cstring>
+}
+
 namespace handshake {
 
 namespace {
@@ -191,8 +196,29 @@ std::size_t Core::drop_identity(std::string_view name)
         if (e.live && e.identity && e.identity->name == name)
             doomed.emplace_back((static_cast<Addr>(e.generation) << 32U) | (s + 1), e.method);
     }
-    for (const auto &[addr, method] : doomed)
+    for (const auto &[addr, method] : doomed) {
         method->drop_peer(addr, -EACCES);
+        // The peer key (name, incarnation) is the client's to choose: a
+        // later session under it (a replaced key's new holder, or anyone
+        // naming the same incarnation) must inherit nothing of this one.
+        // Its unreceived messages go, early and unexpected, and the key
+        // is unlinked from this Addr, so that the next session is a new
+        // peer even while this one lingers (the user holds its messages).
+        // A peer the user looked up keeps its URL: that key is the user's.
+        method->forget_messages(addr);
+        for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+            if (it->peer() == addr)
+                it = unexpected_.erase(it);
+            else
+                ++it;
+        }
+        if (AddrEntry *e = entry(addr)) {
+            if (const auto it = addr_by_url_.find(e->url);
+                !e->pinned && it != addr_by_url_.end() && it->second == addr)
+                addr_by_url_.erase(it);
+            e->identity.reset(); // nothing it sent is believed any more
+        }
+    }
     return doomed.size();
 }
 

@@ -16,6 +16,7 @@
 #include "pvfs/unique_fd.hpp"
 #include "wire.hpp"
 
+#include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -23,6 +24,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -31,8 +33,10 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -953,6 +957,457 @@ ATF_TEST_CASE_BODY(garbage_ib)
     ATF_REQUIRE_EQ(std::string(reinterpret_cast<const char *>(got.data()), c.actual_size), mine);
 }
 
+// A dropped identity's messages die with it: an early message and an
+// unexpected one the server had not taken when drop_identity ran reach
+// nobody, not even the next session of the same key and process (the same
+// name and incarnation: the client chooses its incarnation), and their
+// budget charges go.
+namespace {
+void dropped_identity_forgotten_body(bool tcp_counters)
+{
+    Server s;
+    const proto::Key alice = make_key("alice", 1);
+    s.table.add(alice);
+    Client c;
+    const bmi::Addr to = c.lookup(s.url, alice);
+    ATF_REQUIRE_EQ(send_unexpected(s, c, to, "hello", 1).error, 0);
+    const std::string early = "early, never received";
+    const std::string held = "unexpected, never taken";
+    const bmi::Post e = c.bmi.post_send(to, early.data(), early.size(), 5, nullptr, c.ctx);
+    const bmi::Post u = c.bmi.post_sendunexpected(to, held.data(), held.size(), 6, nullptr, c.ctx);
+    ATF_REQUIRE(e.ok() && u.ok());
+    // The server runs without taking unexpected messages until both are in
+    // (sent in this order on one connection, the second arrives last).
+    bool e_done = e.completed;
+    bool u_done = u.completed;
+    const auto arrived = [&] {
+        return e_done && u_done && s.bmi.get_info(bmi::Info::unexpected_bytes) > 0 &&
+               (!tcp_counters || s.bmi.get_info(bmi::Info::early_bytes) > 0);
+    };
+    for (const auto until = Clock::now() + 5s; !arrived() && Clock::now() < until;) {
+        std::array<bmi::Completion, 8> done{};
+        s.bmi.testcontext(s.ctx, done, 0);
+        bmi::Completion cc;
+        e_done = e_done || c.bmi.test(e.op, cc, 0);
+        u_done = u_done || c.bmi.test(u.op, cc, 0);
+    }
+    ATF_REQUIRE(arrived());
+    ATF_REQUIRE_EQ(s.bmi.drop_identity("alice"), 1U);
+    ATF_REQUIRE_EQ(s.bmi.get_info(bmi::Info::unexpected_bytes), 0U);
+    if (tcp_counters)
+        ATF_REQUIRE_EQ(s.bmi.get_info(bmi::Info::early_bytes), 0U);
+    ATF_REQUIRE(s.poll_unexpected(3).empty());
+    // The same process and key connect again, once the client saw its
+    // connection go (an ib send completes when posted, so a send on the
+    // dead connection would look sent).
+    run_until(s, {&c.bmi}, 1s, [] { return false; });
+    Sent again;
+    for (int tries = 0; tries < 5 && (again.error != 0 || !again.arrived); ++tries) {
+        again = send_unexpected(s, c, to, "the next session", 7);
+        run_until(s, {&c.bmi}, 200ms, [] { return false; });
+    }
+    ATF_REQUIRE(again.error == 0 && again.arrived);
+    std::array<std::byte, 64> buf{};
+    const bmi::Post r =
+        s.bmi.post_recv(again.arrived->peer(), buf.data(), buf.size(), 5, nullptr, s.ctx);
+    ATF_REQUIRE(r.ok());
+    bmi::Completion got;
+    const bool matched =
+        r.completed || run_until(s, {&c.bmi}, 500ms, [&] { return s.bmi.test(r.op, got, 0); });
+    require(!matched, "the next session received the dropped one's early message");
+    s.bmi.cancel(r.op);
+    s.bmi.test(r.op, got, 1000);
+}
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(dropped_identity_forgotten);
+ATF_TEST_CASE_BODY(dropped_identity_forgotten)
+{
+    dropped_identity_forgotten_body(true);
+}
+ATF_TEST_CASE_WITHOUT_HEAD(dropped_identity_forgotten_ib);
+ATF_TEST_CASE_BODY(dropped_identity_forgotten_ib)
+{
+    use_ib();
+    dropped_identity_forgotten_body(false);
+}
+
+// Every copy of an Identity wipes its session key when it goes.
+ATF_TEST_CASE_WITHOUT_HEAD(session_key_wiped);
+ATF_TEST_CASE_BODY(session_key_wiped)
+{
+    alignas(bmi::Identity) std::array<std::byte, sizeof(bmi::Identity)> storage{};
+    auto *id = new (storage.data()) bmi::Identity; // NOLINT(cppcoreguidelines-owning-memory)
+    id->name = "alice";
+    id->session_key.fill(std::byte{0xa5});
+    const auto at = id->session_key.data() - storage.data();
+    std::destroy_at(id);
+    const auto key = std::span(storage).subspan(static_cast<std::size_t>(at), 32);
+    ATF_REQUIRE(std::ranges::all_of(key, [](std::byte b) { return b == std::byte{0}; }));
+}
+
+// Nothing but the handshake's frames goes before the proof: a client
+// whose send waits on a server that never answers its hello sends that
+// hello and nothing else, though its idle checks want to ping the peer
+// (the ping waits for the end of the handshake).
+ATF_TEST_CASE_WITHOUT_HEAD(control_held_until_proof);
+ATF_TEST_CASE_BODY(control_held_until_proof)
+{
+    const UniqueFd l(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    ATF_REQUIRE(::bind(l.get(), reinterpret_cast<const sockaddr *>(&sa), sizeof sa) == 0);
+    ATF_REQUIRE(::listen(l.get(), 4) == 0);
+    ATF_REQUIRE(::getsockname(l.get(), reinterpret_cast<sockaddr *>(&sa), &len) == 0);
+    Client c;
+    ATF_REQUIRE_EQ(c.bmi.set_info(bmi::Info::idle_timeout_ms, 1000), 0); // pings after 250 ms
+    ATF_REQUIRE_EQ(c.bmi.set_info(bmi::Info::hello_timeout_ms, 5000), 0);
+    const bmi::Addr to =
+        c.lookup("tcp://127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), make_key("alice", 1));
+    const std::string text = "request";
+    const bmi::Post p = c.bmi.post_sendunexpected(to, text.data(), text.size(), 1, nullptr, c.ctx);
+    ATF_REQUIRE(p.ok() && !p.completed);
+    UniqueFd fd;
+    std::vector<std::byte> got;
+    bool done = false;
+    for (const auto until = Clock::now() + 1500ms; Clock::now() < until;) {
+        bmi::Completion cc;
+        done = done || c.bmi.test(p.op, cc, 10);
+        if (!fd.valid())
+            fd = UniqueFd(::accept4(l.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+        if (fd.valid())
+            closed_by_server(fd.get(), &got);
+    }
+    require(fd.valid(), "the client did not connect");
+    const tcp::FrameLimits limits{1U << 20U, 1U << 20U, 1U << 20U};
+    std::size_t at = 0;
+    int frames = 0;
+    while (got.size() - at >= tcp::frame_header_size) {
+        tcp::FrameHeader h;
+        require(tcp::decode(std::span<const std::byte, tcp::frame_header_size>(
+                                got.data() + at, tcp::frame_header_size),
+                            limits, h) == nullptr,
+                "the client sent a frame that does not decode");
+        require(h.type == tcp::FrameType::hello,
+                "frame " + std::to_string(frames) + " before the proof is of type " +
+                    std::to_string(static_cast<int>(h.type)) + ", not the hello");
+        at += tcp::frame_header_size + h.size;
+        ++frames;
+    }
+    std::printf("%d frame(s) before the proof, the send %s\n", frames,
+                done ? "ended (idle timeout)" : "still waits");
+    ATF_REQUIRE_EQ(frames, 1);
+    if (!done) {
+        c.bmi.cancel(p.op);
+        bmi::Completion cc;
+        c.bmi.test(p.op, cc, 1000);
+    }
+}
+
+// The same over ib, where it did happen: a client whose send waits on a
+// server slow to answer its hello (its authenticator takes a second here)
+// pings it, the connection being up; the ping waits for the end of the
+// handshake (the server would close the connection on it) and the send
+// goes through.  The server runs in its own thread.
+namespace {
+struct SlowServerAuth final : bmi::Authenticator {
+    std::shared_ptr<bmi::Authenticator> inner;
+    explicit SlowServerAuth(std::shared_ptr<bmi::Authenticator> a) : inner(std::move(a)) {}
+    int client_hello(std::string_view credential, std::span<const std::byte> transport_hello,
+                     std::unique_ptr<bmi::Handshake> &state, std::vector<std::byte> &hello) override
+    {
+        return inner->client_hello(credential, transport_hello, state, hello);
+    }
+    int client_proof(bmi::Handshake &state, std::span<const std::byte> server_transport_hello,
+                     std::span<const std::byte> challenge, std::vector<std::byte> &proof,
+                     bmi::Identity &identity) override
+    {
+        return inner->client_proof(state, server_transport_hello, challenge, proof, identity);
+    }
+    int server_challenge(std::span<const std::byte> client_transport_hello,
+                         std::span<const std::byte> client_hello,
+                         std::span<const std::byte> transport_hello,
+                         std::unique_ptr<bmi::Handshake> &state,
+                         std::vector<std::byte> &challenge) override
+    {
+        std::this_thread::sleep_for(1s);
+        return inner->server_challenge(client_transport_hello, client_hello, transport_hello, state,
+                                       challenge);
+    }
+    int server_verify(bmi::Handshake &state, std::span<const std::byte> proof,
+                      bmi::Identity &identity) override
+    {
+        return inner->server_verify(state, proof, identity);
+    }
+};
+} // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(control_held_until_proof_ib);
+ATF_TEST_CASE_BODY(control_held_until_proof_ib)
+{
+    use_ib();
+    Server s;
+    const proto::Key alice = make_key("alice", 1);
+    s.table.add(alice);
+    s.bmi.set_authenticator(std::make_shared<SlowServerAuth>(std::make_shared<auth::Authenticator>(
+        [&s](std::optional<std::uint32_t> id) { return s.table.find(id); })));
+    ATF_REQUIRE_EQ(s.bmi.set_info(bmi::Info::hello_timeout_ms, 10000), 0);
+    Client c;
+    ATF_REQUIRE_EQ(c.bmi.set_info(bmi::Info::idle_timeout_ms, 2000), 0); // pings every 250 ms
+    const bmi::Addr to = c.lookup(s.url, alice);
+    std::atomic<bool> stop{false};
+    std::atomic<bool> arrived{false};
+    std::vector<bmi::UnexpectedMessage> got; // the server thread's until joined
+    std::thread server([&] {
+        for (const auto until = Clock::now() + 15s; !stop && got.empty() && Clock::now() < until;) {
+            s.bmi.testunexpected(got, 8, 10);
+            std::array<bmi::Completion, 8> done{};
+            s.bmi.testcontext(s.ctx, done, 0);
+        }
+        arrived = !got.empty();
+    });
+    const std::string text = "request";
+    const bmi::Post p = c.bmi.post_sendunexpected(to, text.data(), text.size(), 1, nullptr, c.ctx);
+    bmi::Completion done;
+    bool ended = !p.ok() || p.completed;
+    for (const auto until = Clock::now() + 10s; !ended && Clock::now() < until;)
+        ended = c.bmi.test(p.op, done, 10);
+    // Sent (an ib send completes when posted) is not arrived: the client
+    // runs until the server has it, or gives up.
+    for (const auto until = Clock::now() + 5s;
+         !arrived && done.error == 0 && Clock::now() < until;) {
+        std::vector<bmi::UnexpectedMessage> none;
+        c.bmi.testunexpected(none, 0, 10);
+    }
+    stop = true;
+    server.join();
+    std::printf("the send ended with %d; the server got %zu message(s)\n",
+                p.ok() ? done.error : p.error, got.size());
+    ATF_REQUIRE(p.ok());
+    ATF_REQUIRE_EQ(done.error, 0);
+    ATF_REQUIRE_EQ(got.size(), 1U);
+}
+
+// ---- ib: what a peer may do before (and after) its proof ------------------
+namespace {
+namespace ib = bmi::ib;
+
+struct IbTarget {
+    std::string host;
+    std::uint16_t port = 0;
+};
+IbTarget ib_target(const Server &s)
+{
+    return {g_listen.substr(5, g_listen.rfind(':') - 5), s.port()};
+}
+
+std::vector<std::byte> connect_data(std::uint16_t credits, std::uint32_t buf_size)
+{
+    std::array<std::byte, ib::connect_data_size> cd{};
+    ib::encode_connect({credits, buf_size}, cd);
+    return {cd.begin(), cd.end()};
+}
+
+// pvfs's client handshake by hand over a raw peer, under `key`, MACing
+// `claimed` as the connect data this side sent (a test that claims other
+// data than the raw peer's stands for a connect request changed on the
+// way).  0: the server accepted; EACCES: it refused; -1: no answer; -2:
+// the server's MAC did not verify here.
+int raw_ib_handshake(test::IbRawPeer &peer, const proto::Key &key,
+                     std::span<const std::byte> claimed)
+{
+    auth::Authenticator a;
+    const std::string cred = a.add_client_key(key);
+    std::vector<std::byte> transport = ib_transport_hello("ib://raw:1");
+    std::vector<std::byte> mac_input = transport;
+    mac_input.insert(mac_input.end(), claimed.begin(), claimed.end());
+    std::unique_ptr<bmi::Handshake> state;
+    std::vector<std::byte> hello;
+    if (a.client_hello(cred, mac_input, state, hello) != 0)
+        return -1;
+    transport.insert(transport.end(), hello.begin(), hello.end());
+    const std::size_t before = peer.received().size();
+    if (!peer.send(ib_message(ib::Msg::hello, 0, ib::hello_flag_auth, transport)) ||
+        !peer.wait_received(before + 1, 5s))
+        return -1;
+    const std::vector<std::byte> &m = peer.received()[before];
+    ib::Header h;
+    if (ib::decode(m, h) != nullptr)
+        return -1;
+    const auto payload = std::span(m).subspan(ib::header_size);
+    if (h.type == ib::Msg::auth)
+        return static_cast<int>(h.cookie);
+    const std::size_t tlen = ib::hello_transport_size(payload);
+    if (h.type != ib::Msg::hello || tlen == 0)
+        return -1;
+    std::vector<std::byte> server_transport(payload.begin(),
+                                            payload.begin() + static_cast<std::ptrdiff_t>(tlen));
+    const std::vector<std::byte> server_cd = peer.server_connect_data();
+    server_transport.insert(server_transport.end(), server_cd.begin(),
+                            server_cd.begin() + ib::connect_data_size);
+    std::vector<std::byte> proof;
+    bmi::Identity id;
+    if (a.client_proof(*state, server_transport, payload.subspan(tlen), proof, id) != 0)
+        return -2;
+    if (!peer.send(ib_message(ib::Msg::auth, 0, 0, proof)) || !peer.wait_received(before + 2, 5s))
+        return -1;
+    ib::Header reply;
+    if (ib::decode(peer.received()[before + 1], reply) != nullptr || reply.type != ib::Msg::auth)
+        return -1;
+    return static_cast<int>(reply.cookie);
+}
+
+auto server_runner(Server &s)
+{
+    return [&s] {
+        s.poll_unexpected();
+        std::array<bmi::Completion, 8> done{};
+        s.bmi.testcontext(s.ctx, done, 0);
+    };
+}
+} // namespace
+
+// The connection caps hold for ib as for tcp: a connect request over
+// max_connections_per_address (or max_connections) is rejected before a
+// queue pair is spent on it, counted in refused_connections; a slot freed
+// takes a new one.
+ATF_TEST_CASE_WITHOUT_HEAD(connection_caps_ib);
+ATF_TEST_CASE_BODY(connection_caps_ib)
+{
+    use_ib();
+    Server s;
+    ATF_REQUIRE_EQ(s.bmi.set_info(bmi::Info::hello_timeout_ms, 30000), 0);
+    ATF_REQUIRE_EQ(s.bmi.set_info(bmi::Info::max_connections_per_address, 2), 0);
+    const IbTarget t = ib_target(s);
+    const auto run = server_runner(s);
+    {
+        auto a = std::make_unique<test::IbRawPeer>(t.host, t.port, run);
+        const test::IbRawPeer b(t.host, t.port, run);
+        require(a->connected() && b.connected(), "two raw peers did not connect");
+        const test::IbRawPeer over(t.host, t.port, run, 3s);
+        require(!over.connected(), "a third connection from one address was accepted");
+        ATF_REQUIRE_EQ(s.bmi.get_info(bmi::Info::refused_connections), 1U);
+        a.reset(); // its disconnect frees a slot
+        bool again = false;
+        for (int tries = 0; tries < 10 && !again; ++tries)
+            again = test::IbRawPeer(t.host, t.port, run, 2s).connected();
+        require(again, "a freed slot was not reused");
+    }
+    Server all;
+    ATF_REQUIRE_EQ(all.bmi.set_info(bmi::Info::max_connections, 1), 0);
+    const IbTarget ta = ib_target(all);
+    const auto run_all = server_runner(all);
+    const test::IbRawPeer one(ta.host, ta.port, run_all);
+    require(one.connected(), "the first raw peer did not connect");
+    require(!test::IbRawPeer(ta.host, ta.port, run_all, 3s).connected(),
+            "a connection over max_connections was accepted");
+    ATF_REQUIRE_EQ(all.bmi.get_info(bmi::Info::refused_connections), 1U);
+}
+
+// Before its proof a peer may not READ or WRITE this side's memory, even
+// memory exposed to another peer whose rkey it learnt; after it, what an
+// RTS names may be read and not written (only exposures are writable).
+ATF_TEST_CASE_WITHOUT_HEAD(unproved_rdma_ib);
+ATF_TEST_CASE_BODY(unproved_rdma_ib)
+{
+    use_ib();
+    Server s;
+    const proto::Key alice = make_key("alice", 1);
+    s.table.add(alice);
+    Client victim;
+    Sent first = send_unexpected(s, victim, victim.lookup(s.url, alice), "request", 1);
+    ATF_REQUIRE(first.error == 0 && first.arrived);
+    std::array<std::byte, 64> exposed{};
+    exposed.fill(std::byte{0x11});
+    const std::array<bmi::MutableBuffer, 1> bufs{{{exposed.data(), exposed.size()}}};
+    bmi::Exposure handle;
+    std::vector<std::byte> desc;
+    ATF_REQUIRE_EQ(s.bmi.expose(first.arrived->peer(), bufs, handle, desc), 0);
+    std::vector<ib::Segment> segs;
+    std::uint64_t total = 0;
+    ATF_REQUIRE(ib::decode_segments(desc, segs, total) == nullptr && !segs.empty());
+    const IbTarget t = ib_target(s);
+    const auto run = server_runner(s);
+    {
+        test::IbRawPeer peer(t.host, t.port, run);
+        require(peer.connected(), "the raw peer did not connect");
+        std::ranges::fill(peer.rdma_buffer(), std::byte{0x66});
+        const int w = peer.rdma(true, segs[0].addr, segs[0].rkey, 16, 3s);
+        std::printf("an unproved RDMA WRITE into exposed memory: status %d\n", w);
+        require(w != IBV_WC_SUCCESS, "an unproved peer wrote into exposed memory");
+        require(exposed[0] == std::byte{0x11}, "the exposed memory changed");
+    }
+    {
+        test::IbRawPeer peer(t.host, t.port, run);
+        require(peer.connected(), "the raw peer did not connect");
+        const int r = peer.rdma(false, segs[0].addr, segs[0].rkey, 16, 3s);
+        std::printf("an unproved RDMA READ of exposed memory: status %d\n", r);
+        require(r != IBV_WC_SUCCESS, "an unproved peer read exposed memory");
+    }
+    // A proved raw peer gets an RTS from memalloc'd memory (the data
+    // servers' buffers): readable by its rkey, not writable.
+    test::IbRawPeer peer(t.host, t.port, run);
+    require(peer.connected(), "the raw peer did not connect");
+    const std::vector<std::byte> cd = connect_data(16, 4096);
+    ATF_REQUIRE_EQ(raw_ib_handshake(peer, alice, cd), 0);
+    const std::string hi = "hi";
+    require(peer.send(ib_message(ib::Msg::unexpected, 3, 0, std::as_bytes(std::span(hi)))),
+            "the raw peer's request was not posted");
+    std::vector<bmi::UnexpectedMessage> in;
+    ATF_REQUIRE(run_until(
+        s, {}, 5s, [&] { return !in.empty(); }, &in));
+    bmi::Memory big = s.bmi.memalloc(in[0].peer(), 64 * 1024);
+    std::fill_n(big.data(), big.size(), std::byte{0x22});
+    const bmi::Post send = s.bmi.post_send(in[0].peer(), big.data(), big.size(), 4, nullptr, s.ctx);
+    ATF_REQUIRE(send.ok());
+    const std::size_t before = peer.received().size();
+    ATF_REQUIRE(peer.wait_received(before + 1, 5s));
+    ib::Header h;
+    const std::vector<std::byte> &m = peer.received()[before];
+    ATF_REQUIRE(ib::decode(m, h) == nullptr && h.type == ib::Msg::rts);
+    std::vector<ib::Segment> offered;
+    ATF_REQUIRE(ib::decode_rts(std::span(m).subspan(ib::header_size), h.size, offered) == nullptr);
+    ATF_REQUIRE_EQ(peer.rdma(false, offered[0].addr, offered[0].rkey, 16, 3s), IBV_WC_SUCCESS);
+    require(peer.rdma_buffer()[0] == std::byte{0x22}, "the READ brought other bytes");
+    std::ranges::fill(peer.rdma_buffer(), std::byte{0x66});
+    const int w = peer.rdma(true, offered[0].addr, offered[0].rkey, 16, 3s);
+    std::printf("an RDMA WRITE into an RTS's memory: status %d\n", w);
+    require(w != IBV_WC_SUCCESS, "a peer wrote into memory an RTS offered for reading");
+    require(big.data()[0] == std::byte{0x22}, "the sender's buffer changed");
+    s.bmi.cancel(send.op);
+    bmi::Completion cc;
+    s.bmi.test(send.op, cc, 2000);
+}
+
+// ib's connect data (credits, buffer size: rdma_cm's private data, not a
+// SEND) is under the handshake's MACs: a handshake that MACs the data the
+// connect request carried is accepted, one whose connect request was
+// changed on the way (the MACs cover other data) is refused.
+ATF_TEST_CASE_WITHOUT_HEAD(connect_data_maced_ib);
+ATF_TEST_CASE_BODY(connect_data_maced_ib)
+{
+    use_ib();
+    Server s;
+    const proto::Key alice = make_key("alice", 1);
+    s.table.add(alice);
+    const IbTarget t = ib_target(s);
+    const auto run = server_runner(s);
+    {
+        test::IbRawPeer peer(t.host, t.port, run);
+        require(peer.connected(), "the raw peer did not connect");
+        const int rc = raw_ib_handshake(peer, alice, connect_data(16, 4096));
+        std::printf("the connect data as sent: %d\n", rc);
+        ATF_REQUIRE_EQ(rc, 0);
+    }
+    test::IbRawPeer peer(t.host, t.port, run);
+    require(peer.connected(), "the raw peer did not connect");
+    const int rc = raw_ib_handshake(peer, alice, connect_data(64, 4096));
+    std::printf("other connect data than sent: %d\n", rc);
+    require(rc != 0, "a handshake over changed connect data was accepted");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, forged_hello);
@@ -966,4 +1421,12 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, one_side_only_ib);
     ATF_ADD_TEST_CASE(tcs, garbage);
     ATF_ADD_TEST_CASE(tcs, garbage_ib);
+    ATF_ADD_TEST_CASE(tcs, dropped_identity_forgotten);
+    ATF_ADD_TEST_CASE(tcs, dropped_identity_forgotten_ib);
+    ATF_ADD_TEST_CASE(tcs, session_key_wiped);
+    ATF_ADD_TEST_CASE(tcs, control_held_until_proof);
+    ATF_ADD_TEST_CASE(tcs, control_held_until_proof_ib);
+    ATF_ADD_TEST_CASE(tcs, connection_caps_ib);
+    ATF_ADD_TEST_CASE(tcs, unproved_rdma_ib);
+    ATF_ADD_TEST_CASE(tcs, connect_data_maced_ib);
 }

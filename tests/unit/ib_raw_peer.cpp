@@ -20,6 +20,7 @@ namespace {
 
 constexpr int depth = 16;
 constexpr std::size_t buf_size = 4096;
+constexpr std::uint64_t rdma_wr_id = 5000;
 
 struct ChannelFree {
     void operator()(rdma_event_channel *c) const noexcept { rdma_destroy_event_channel(c); }
@@ -49,7 +50,8 @@ struct MrFree {
 struct IbRawPeer::State {
     std::function<void()> run;
     std::unique_ptr<rdma_event_channel, ChannelFree> channel;
-    std::vector<std::byte> memory = std::vector<std::byte>(std::size_t{2} * depth * buf_size);
+    // Receive buffers, send buffers, then one buffer for RDMA.
+    std::vector<std::byte> memory = std::vector<std::byte>((std::size_t{2} * depth + 1) * buf_size);
     std::unique_ptr<ibv_pd, PdFree> pd;
     std::unique_ptr<ibv_mr, MrFree> mr;
     std::unique_ptr<ibv_cq, CqFree> cq;
@@ -57,7 +59,9 @@ struct IbRawPeer::State {
     bool up = false;
     bool down = false;
     std::uint32_t server_buf = 0;
+    std::vector<std::byte> server_pdata;
     int next_send = 0;
+    int rdma_status = -1; // the last RDMA's completion, -1 none yet
     std::vector<std::vector<std::byte>> received;
 
     std::byte *recv_buf(int i) { return memory.data() + static_cast<std::size_t>(i) * buf_size; }
@@ -91,6 +95,7 @@ struct IbRawPeer::State {
                     static_cast<const std::byte *>(cp.private_data), cp.private_data_len);
                 if (ib::decode_connect(pdata, cd) == nullptr)
                     server_buf = cd.buf_size;
+                server_pdata.assign(pdata.begin(), pdata.end());
                 up = true;
             } else if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_REJECTED ||
                        t == RDMA_CM_EVENT_UNREACHABLE || t == RDMA_CM_EVENT_CONNECT_ERROR) {
@@ -110,6 +115,8 @@ struct IbRawPeer::State {
         const int n = ibv_poll_cq(cq.get(), static_cast<int>(wcs.size()), wcs.data());
         for (int i = 0; i < n; ++i) {
             const ibv_wc &wc = wcs[static_cast<std::size_t>(i)];
+            if (wc.wr_id == rdma_wr_id)
+                rdma_status = static_cast<int>(wc.status);
             if (wc.status != IBV_WC_SUCCESS) {
                 down = down || wc.status != IBV_WC_WR_FLUSH_ERR;
                 continue;
@@ -226,6 +233,54 @@ bool IbRawPeer::wait_disconnected(std::chrono::milliseconds within)
 const std::vector<std::vector<std::byte>> &IbRawPeer::received() const noexcept
 {
     return s_->received;
+}
+
+bool IbRawPeer::wait_received(std::size_t n, std::chrono::milliseconds within)
+{
+    const auto until = std::chrono::steady_clock::now() + within;
+    while (s_->received.size() < n && !s_->down && std::chrono::steady_clock::now() < until) {
+        s_->run();
+        s_->poll();
+    }
+    return s_->received.size() >= n;
+}
+
+std::vector<std::byte> IbRawPeer::server_connect_data() const
+{
+    return s_->server_pdata;
+}
+
+std::span<std::byte> IbRawPeer::rdma_buffer() const noexcept
+{
+    return {s_->memory.data() + std::size_t{2} * depth * buf_size, buf_size};
+}
+
+int IbRawPeer::rdma(bool write, std::uint64_t addr, std::uint32_t rkey, std::size_t len,
+                    std::chrono::milliseconds within)
+{
+    if (!connected() || len > buf_size)
+        return -1;
+    s_->rdma_status = -1;
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(rdma_buffer().data()),
+                static_cast<std::uint32_t>(len), s_->mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = rdma_wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    auto &r = wr.wr.rdma; // NOLINT(cppcoreguidelines-pro-type-union-access): this op's member
+    r.remote_addr = addr;
+    r.rkey = rkey;
+    ibv_send_wr *bad = nullptr;
+    if (ibv_post_send(s_->id->qp, &wr, &bad) != 0)
+        return -1;
+    const auto until = std::chrono::steady_clock::now() + within;
+    while (s_->rdma_status < 0 && std::chrono::steady_clock::now() < until) {
+        s_->run();
+        s_->poll();
+    }
+    return s_->rdma_status;
 }
 
 } // namespace pvfs::test

@@ -37,6 +37,19 @@ public:
     // did.  The messages it sent meanwhile are in received().
     bool wait_disconnected(std::chrono::milliseconds within);
     [[nodiscard]] const std::vector<std::vector<std::byte>> &received() const noexcept;
+    // Runs until the server sent n messages in all, disconnected or the
+    // time ran out: whether the n are in received().
+    bool wait_received(std::size_t n, std::chrono::milliseconds within);
+    // The connect data the server accepted with (its private data).
+    [[nodiscard]] std::vector<std::byte> server_connect_data() const;
+    // One RDMA READ (or WRITE) of `len` bytes (at most 4 KiB) at
+    // addr/rkey of the server's memory, from or into this peer's own
+    // buffer: the completion's status (IBV_WC_SUCCESS is 0), -1 when it
+    // could not be posted or did not complete within the time.
+    int rdma(bool write, std::uint64_t addr, std::uint32_t rkey, std::size_t len,
+             std::chrono::milliseconds within);
+    // The first bytes of that buffer: what a READ brought, what a WRITE sends.
+    [[nodiscard]] std::span<std::byte> rdma_buffer() const noexcept;
 
 private:
     struct State;

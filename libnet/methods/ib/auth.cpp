@@ -28,6 +28,14 @@ std::vector<std::byte> IbMethod::transport_hello() const
     return bytes;
 }
 
+std::vector<std::byte> IbMethod::with_connect_data(std::span<const std::byte> hello,
+                                                   std::span<const std::byte, connect_data_size> cm)
+{
+    std::vector<std::byte> out(hello.begin(), hello.end());
+    out.insert(out.end(), cm.begin(), cm.end());
+    return out;
+}
+
 void IbMethod::queue_hello(std::uint32_t c, std::vector<std::byte> payload, bool with_auth)
 {
     Frame f;
@@ -60,7 +68,8 @@ int IbMethod::start_handshake(std::uint32_t c)
         return 0;
     }
     std::vector<std::byte> hello;
-    if (const int rc = k.hs.client_start(core_, k.peer, mine, hello); rc != 0)
+    if (const int rc = k.hs.client_start(core_, k.peer, with_connect_data(mine, k.cm_mine), hello);
+        rc != 0)
         return rc;
     const bool with_auth = k.hs.step() == Step::client_sent;
     mine.insert(mine.end(), hello.begin(), hello.end());
@@ -111,7 +120,9 @@ IbMethod::Verdict IbMethod::on_hello(std::uint32_t c, const Header &h,
                 return refuse(c, -EACCES, "a hello without authentication (this side requires it)");
             std::vector<std::byte> mine = transport_hello();
             std::vector<std::byte> challenge;
-            if (const int rc = k.hs.server_hello(theirs, auth_bytes, mine, challenge); rc != 0)
+            if (const int rc = k.hs.server_hello(with_connect_data(theirs, k.cm_theirs), auth_bytes,
+                                                 with_connect_data(mine, k.cm_mine), challenge);
+                rc != 0)
                 return refuse(c, rc, "its hello was refused");
             k.pending_remote = std::move(body);
             mine.insert(mine.end(), challenge.begin(), challenge.end());
@@ -144,7 +155,9 @@ IbMethod::Verdict IbMethod::on_hello(std::uint32_t c, const Header &h,
         if (!with_auth)
             return refuse(c, -EACCES, "the peer does not authenticate");
         std::vector<std::byte> proof;
-        if (const int rc = k.hs.client_challenge(theirs, auth_bytes, proof); rc != 0)
+        if (const int rc =
+                k.hs.client_challenge(with_connect_data(theirs, k.cm_theirs), auth_bytes, proof);
+            rc != 0)
             return refuse(c, rc, "the peer did not prove the key");
         k.pending_remote = std::move(body);
         queue_auth(c, 0, proof);
@@ -205,7 +218,14 @@ IbMethod::Verdict IbMethod::on_auth(std::uint32_t c, const Header &h,
 
 IbMethod::Verdict IbMethod::established(std::uint32_t c, const HelloBody &body)
 {
+    // The handshake is over: the peer may READ what an RTS names and
+    // WRITE what this side exposes to it (the registrations still bound
+    // what: docs/bmi.md "Memory").  Raised before any message of this
+    // side can name memory to it.
+    if (!set_qp_access(c, qp_access_proved))
+        return Verdict::closed;
     Conn &k = *conns_[c];
+    k.qp_open = true;
     Peer &p = peer_of(k.peer);
     p.incarnation = body.incarnation;
     p.heard = Clock::now();
@@ -214,20 +234,20 @@ IbMethod::Verdict IbMethod::established(std::uint32_t c, const HelloBody &body)
     return Verdict::consumed;
 }
 
-void IbMethod::log_refusal(const std::string &text)
+void IbMethod::log_rated(RateLog &log, const std::string &text)
 {
     const auto now = Clock::now();
-    if (refusal_logged_ != Clock::time_point{} && now - refusal_logged_ < std::chrono::minutes(1)) {
-        ++refusals_unlogged_;
+    if (log.logged != Clock::time_point{} && now - log.logged < std::chrono::minutes(1)) {
+        ++log.unlogged;
         return;
     }
-    if (refusals_unlogged_ == 0)
+    if (log.unlogged == 0)
         gossip::warning(gossip::Mask::ib, "{}", text);
     else
         gossip::warning(gossip::Mask::ib, "{} ({} more refused in the last minute)", text,
-                        refusals_unlogged_);
-    refusal_logged_ = now;
-    refusals_unlogged_ = 0;
+                        log.unlogged);
+    log.logged = now;
+    log.unlogged = 0;
 }
 
 void IbMethod::check_handshakes(Clock::time_point now)

@@ -12,6 +12,9 @@
 #include <rdma/rdma_cma.h>
 #include <sys/socket.h>
 
+#include <fmt/format.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -182,6 +185,13 @@ void IbMethod::close_conn(std::uint32_t c, int error, std::string_view why)
     k.ctl.clear();
     k.data.clear();
     k.readq.clear();
+    if (k.accepted) {
+        --accepted_open_;
+        if (const auto it = per_source_.find(k.source);
+            it != per_source_.end() && --it->second == 0)
+            per_source_.erase(it);
+        k.accepted = false;
+    }
     k.state = ConnState::closed;
     free_conns_.push_back(c);
     if (Peer *p = peer_ptr(k.peer)) {
@@ -203,6 +213,14 @@ void IbMethod::drop_peer(Addr addr, int error)
     for (const std::uint32_t c : conns)
         close_conn(c, error, "dropped by request");
     fail_peer_ops(*p, error);
+}
+
+void IbMethod::forget_messages(Addr addr)
+{
+    if (Peer *p = peer_ptr(addr)) {
+        p->early.clear(); // its RTS offers died with its connections
+        p->early_bytes = 0;
+    }
 }
 
 void IbMethod::handle_cm_events()
@@ -255,6 +273,9 @@ void IbMethod::on_cm_event(std::uint32_t c, rdma_cm_event_type type, int status,
         return;
     }
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+        // Known before the hello, which the handshake MACs it with.
+        encode_connect({credits_per_conn, static_cast<std::uint32_t>(k.dev->recv.buf_size())},
+                       k.cm_mine);
         if (const int rc = create_qp(c); rc != 0) {
             close_conn(c, rc, "cannot set up the queue pair");
             return;
@@ -262,12 +283,9 @@ void IbMethod::on_cm_event(std::uint32_t c, rdma_cm_event_type type, int status,
         std::uint8_t timeout = ack_timeout;
         rdma_set_option(k.id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
                         sizeof timeout);
-        std::array<std::byte, connect_data_size> mine{};
-        encode_connect({credits_per_conn, static_cast<std::uint32_t>(k.dev->recv.buf_size())},
-                       mine);
         rdma_conn_param param{};
-        param.private_data = mine.data();
-        param.private_data_len = static_cast<std::uint8_t>(mine.size());
+        param.private_data = k.cm_mine.data();
+        param.private_data_len = static_cast<std::uint8_t>(k.cm_mine.size());
         param.initiator_depth = static_cast<std::uint8_t>(
             std::min<int>(k.dev->attr.max_qp_init_rd_atom, static_cast<int>(max_reads)));
         param.responder_resources = static_cast<std::uint8_t>(
@@ -281,6 +299,11 @@ void IbMethod::on_cm_event(std::uint32_t c, rdma_cm_event_type type, int status,
     }
     case RDMA_CM_EVENT_ESTABLISHED: {
         if (k.outgoing) {
+            // librdmacm moved the queue pair to RTS with remote read and
+            // write allowed: none until the server proved itself (unless
+            // the handshake is already over: raised then, not lowered).
+            if (!k.qp_open && !set_qp_access(c, 0))
+                return;
             ConnectData cd;
             if (const char *err = decode_connect(pdata, cd)) {
                 close_conn(c, -EPROTO, err);
@@ -288,6 +311,7 @@ void IbMethod::on_cm_event(std::uint32_t c, rdma_cm_event_type type, int status,
             }
             k.credits = cd.credits;
             k.remote_buf = cd.buf_size;
+            std::copy_n(pdata.begin(), connect_data_size, k.cm_theirs.begin());
         }
         on_up(c);
         return;
@@ -328,9 +352,48 @@ void IbMethod::on_cm_event(std::uint32_t c, rdma_cm_event_type type, int status,
     }
 }
 
+namespace {
+
+// The source IP of an rdma_cm id's peer, as the connection caps count it
+// (the port is the peer's to choose).
+std::string source_of(const sockaddr *sa)
+{
+    if (sa == nullptr)
+        return {};
+    if (sa->sa_family == AF_INET) {
+        const auto &in = reinterpret_cast<const sockaddr_in &>(*sa);
+        return {reinterpret_cast<const char *>(&in.sin_addr), sizeof in.sin_addr};
+    }
+    if (sa->sa_family == AF_INET6) {
+        const auto &in6 = reinterpret_cast<const sockaddr_in6 &>(*sa);
+        return {reinterpret_cast<const char *>(&in6.sin6_addr), sizeof in6.sin6_addr};
+    }
+    return {};
+}
+
+} // namespace
+
 void IbMethod::on_connect_request(rdma_cm_id *id, std::span<const std::byte> pdata,
                                   std::uint8_t initiator, std::uint8_t responder)
 {
+    // The caps (docs/bmi.md "Limits"): a request over them is rejected
+    // before a queue pair, receive buffers or completion queue entries are
+    // spent on it.  Anyone who reaches the port can send one.
+    std::string source = source_of(rdma_get_peer_addr(id));
+    const auto from = per_source_.find(source);
+    const std::size_t from_count = from == per_source_.end() ? 0 : from->second;
+    if (accepted_open_ >= core_.limits.max_connections ||
+        from_count >= core_.limits.max_connections_per_address) {
+        ++refused_;
+        log_rated(caps_log_, fmt::format("connection from {} refused: {} connections open "
+                                         "(max_connections {}), {} from that address (max {})",
+                                         net::sockaddr_url("ib", rdma_get_peer_addr(id)),
+                                         accepted_open_, core_.limits.max_connections, from_count,
+                                         core_.limits.max_connections_per_address));
+        rdma_reject(id, nullptr, 0);
+        rdma_destroy_id(id);
+        return;
+    }
     ConnectData cd;
     if (const char *err = decode_connect(pdata, cd)) {
         gossip::warning(gossip::Mask::ib, "refusing a connection: {}", err);
@@ -341,10 +404,18 @@ void IbMethod::on_connect_request(rdma_cm_id *id, std::span<const std::byte> pda
     const std::uint32_t c = new_conn(CmId(id));
     Conn &k = *conns_[c];
     k.state = ConnState::accepting;
+    k.accepted = true;
+    ++accepted_open_;
+    ++per_source_[source];
+    k.source = std::move(source);
     k.credits = cd.credits;
     k.remote_buf = cd.buf_size;
+    std::copy_n(pdata.begin(), connect_data_size, k.cm_theirs.begin());
     int err = 0;
     k.dev = device_for(id->verbs, err);
+    if (k.dev != nullptr)
+        encode_connect({credits_per_conn, static_cast<std::uint32_t>(k.dev->recv.buf_size())},
+                       k.cm_mine);
     if (k.dev == nullptr || (err = create_qp(c)) != 0) {
         rdma_reject(id, nullptr, 0);
         close_conn(c, err, "cannot accept");
@@ -352,11 +423,9 @@ void IbMethod::on_connect_request(rdma_cm_id *id, std::span<const std::byte> pda
     }
     std::uint8_t timeout = ack_timeout;
     rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout);
-    std::array<std::byte, connect_data_size> mine{};
-    encode_connect({credits_per_conn, static_cast<std::uint32_t>(k.dev->recv.buf_size())}, mine);
     rdma_conn_param param{};
-    param.private_data = mine.data();
-    param.private_data_len = static_cast<std::uint8_t>(mine.size());
+    param.private_data = k.cm_mine.data();
+    param.private_data_len = static_cast<std::uint8_t>(k.cm_mine.size());
     param.responder_resources = static_cast<std::uint8_t>(std::min<int>(
         {k.dev->attr.max_qp_rd_atom, static_cast<int>(max_reads), std::max<int>(initiator, 1)}));
     param.initiator_depth = static_cast<std::uint8_t>(
@@ -365,8 +434,29 @@ void IbMethod::on_connect_request(rdma_cm_id *id, std::span<const std::byte> pda
     param.retry_count = retry_count;
     param.rnr_retry_count = 7;
     k.rd_depth = std::max<std::uint32_t>(1, param.initiator_depth);
-    if (rdma_accept(id, &param) != 0)
+    if (rdma_accept(id, &param) != 0) {
         close_conn(c, -errno, "accept failed");
+        return;
+    }
+    // rdma_accept moved the queue pair to RTS with the access rdma_cm
+    // grants (remote write, and read with responder resources), re-applied
+    // at RTR whatever was set before; taken away at once, before any event
+    // of the peer's is read: a peer that proved nothing may not READ or
+    // WRITE this side's memory, even with a guessed rkey.
+    set_qp_access(c, 0);
+}
+
+bool IbMethod::set_qp_access(std::uint32_t c, unsigned flags)
+{
+    Conn &k = *conns_[c];
+    ibv_qp_attr a{};
+    a.qp_access_flags = flags;
+    if (const int rc = ibv_modify_qp(k.id->qp, &a, IBV_QP_ACCESS_FLAGS); rc != 0) {
+        close_conn(c, rc > 0 ? -rc : -EIO,
+                   "cannot set the queue pair's access: " + errno_text(rc > 0 ? rc : EIO));
+        return false;
+    }
+    return true;
 }
 
 void IbMethod::on_up(std::uint32_t c)

@@ -124,20 +124,31 @@ bool IbMethod::flush(std::uint32_t c)
     if (k.state != ConnState::up)
         return true;
     while (k.sq_free > 0) {
-        if (!k.ctl.empty()) {
+        // Until the handshake is over only its frames (hello, AUTH) go:
+        // the peer closes a connection on anything else before the proof
+        // (docs/bmi.md "Authentication").  Other control frames (NACK,
+        // CANCEL, PING, credits) wait in the queue for the end.
+        auto next = k.ctl.begin();
+        if (!ready_to_send(k)) {
+            next = std::ranges::find_if(k.ctl, [](const Frame &f) {
+                return f.h.type == Msg::hello || f.h.type == Msg::auth;
+            });
+        }
+        if (next != k.ctl.end()) {
             // The hello goes first even before the peer's; other control
             // frames need a credit beyond the last, which only a credit
             // update may take (it is what unblocks the peer).
-            const Msg t = k.ctl.front().h.type;
+            const Msg t = next->h.type;
             const std::uint32_t need = t == Msg::credit ? 1 : 2;
             if (k.credits < need && !(t == Msg::hello && k.credits >= 1))
                 break;
-            Frame f = std::move(k.ctl.front());
-            k.ctl.pop_front();
+            const auto at = next - k.ctl.begin();
+            Frame f = std::move(*next);
+            k.ctl.erase(next);
             if (!post_frame(c, f)) {
                 if (k.state == ConnState::closed)
                     return false;
-                k.ctl.push_front(std::move(f));
+                k.ctl.insert(k.ctl.begin() + at, std::move(f));
                 break;
             }
             continue;

@@ -47,8 +47,11 @@ std::shared_ptr<void> IbMethod::register_memory(void *data, std::size_t size)
 // has other frames, and a stale registration is never used.  nullptr when
 // registering fails (*error set).
 std::shared_ptr<CachedMr> IbMethod::cached_mr(Device &d, std::uintptr_t a, std::size_t n,
-                                              int &error)
+                                              bool writable, int &error)
 {
+    // Exposures have their own registrations (peers may write them), the
+    // rest only readable ones: an RTS never hands out a writable rkey.
+    Device::MrCache &cache = writable ? d.cache_rw : d.cache;
     const std::uintptr_t ps = a & ~(page_size - 1);
     const std::uintptr_t pe = (a + n + page_size - 1) & ~(page_size - 1);
     const std::size_t pages = (pe - ps) / page_size;
@@ -56,7 +59,7 @@ std::shared_ptr<CachedMr> IbMethod::cached_mr(Device &d, std::uintptr_t a, std::
         error = -EIO;
         return nullptr;
     }
-    if (auto it = d.cache.upper_bound(ps); it != d.cache.begin()) {
+    if (auto it = cache.entries.upper_bound(ps); it != cache.entries.begin()) {
         --it;
         std::shared_ptr<CachedMr> e = it->second;
         if (e->start <= ps && e->start + e->len >= pe) {
@@ -68,13 +71,14 @@ std::shared_ptr<CachedMr> IbMethod::cached_mr(Device &d, std::uintptr_t a, std::
             }
             gossip::debug(gossip::Mask::ib, "{}: cached registration of {:#x}+{} is stale", d.name,
                           e->start, e->len);
-            d.cache_bytes -= e->len;
-            d.cache.erase(it); // ops in flight keep it until they end
+            cache.bytes -= e->len;
+            cache.entries.erase(it); // ops in flight keep it until they end
         }
     }
     auto e = std::make_shared<CachedMr>();
     // NOLINTNEXTLINE(performance-no-int-to-ptr): the caller's buffer, page-aligned
-    e->mr.reset(ibv_reg_mr(d.pd.get(), reinterpret_cast<void *>(ps), pe - ps, remote_access));
+    e->mr.reset(ibv_reg_mr(d.pd.get(), reinterpret_cast<void *>(ps), pe - ps,
+                           writable ? expose_access : send_access));
     if (!e->mr) {
         error = errno != 0 ? -errno : -ENOMEM;
         gossip::warning(gossip::Mask::ib, "{}: cannot register {} bytes: {}", d.name, pe - ps,
@@ -90,24 +94,24 @@ std::shared_ptr<CachedMr> IbMethod::cached_mr(Device &d, std::uintptr_t a, std::
         return nullptr;
     }
     e->last_use = ++use_clock_;
-    if (auto old = d.cache.find(ps); old != d.cache.end()) {
-        d.cache_bytes -= old->second->len;
-        d.cache.erase(old);
+    if (auto old = cache.entries.find(ps); old != cache.entries.end()) {
+        cache.bytes -= old->second->len;
+        cache.entries.erase(old);
     }
-    d.cache.emplace(ps, e);
-    d.cache_bytes += e->len;
+    cache.entries.emplace(ps, e);
+    cache.bytes += e->len;
     // Least recently used entries go beyond the bounds, unless in use.
-    while (d.cache_bytes > cache_max_bytes || d.cache.size() > cache_max_entries) {
-        auto victim = d.cache.end();
-        for (auto it = d.cache.begin(); it != d.cache.end(); ++it) {
+    while (cache.bytes > cache_max_bytes || cache.entries.size() > cache_max_entries) {
+        auto victim = cache.entries.end();
+        for (auto it = cache.entries.begin(); it != cache.entries.end(); ++it) {
             if (it->second.use_count() == 1 &&
-                (victim == d.cache.end() || it->second->last_use < victim->second->last_use))
+                (victim == cache.entries.end() || it->second->last_use < victim->second->last_use))
                 victim = it;
         }
-        if (victim == d.cache.end())
+        if (victim == cache.entries.end())
             break;
-        d.cache_bytes -= victim->second->len;
-        d.cache.erase(victim);
+        cache.bytes -= victim->second->len;
+        cache.entries.erase(victim);
     }
     return e;
 }
@@ -156,14 +160,14 @@ int IbMethod::register_op(std::uint32_t i, Device &d, int access)
             x.keys.push_back(0);
             continue;
         }
-        if (ibv_mr *mr =
-                registry_->find(reinterpret_cast<std::uintptr_t>(b.data), b.size, d.pd.get())) {
+        if (ibv_mr *mr = registry_->find(reinterpret_cast<std::uintptr_t>(b.data), b.size,
+                                         d.pd.get(), false)) {
             x.keys.push_back((access & IBV_ACCESS_REMOTE_READ) != 0 ? mr->rkey : mr->lkey);
             continue;
         }
         if (frames_visible()) {
             int error = 0;
-            auto e = cached_mr(d, reinterpret_cast<std::uintptr_t>(b.data), b.size, error);
+            auto e = cached_mr(d, reinterpret_cast<std::uintptr_t>(b.data), b.size, false, error);
             if (!e) {
                 x.mrs.clear();
                 x.cached.clear();

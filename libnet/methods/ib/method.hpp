@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -116,8 +117,20 @@ using Channel = std::unique_ptr<rdma_event_channel, ChannelClose>;
 using CmId = std::unique_ptr<rdma_cm_id, IdDestroy>;
 using Mr = std::unique_ptr<ibv_mr, MrDereg>;
 
-inline constexpr int remote_access =
+// Registrations carry only the access their use needs (docs/bmi.md "The
+// ib method", "Memory"): a send's buffers are READ by the receiver of its
+// RTS, and only memory the user exposes (Bmi::expose) may be written
+// from afar.  An rkey works from every queue pair of the protection
+// domain, so a write-capable one in an RTS would let the receiver (or
+// anyone who learnt it) overwrite the sender's buffers.
+inline constexpr int send_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+inline constexpr int expose_access =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+// A queue pair's responder access: none until the handshake's proof (a
+// peer that proved nothing may not READ or WRITE this side's memory, even
+// with a guessed rkey), then what rendezvous READs and one-sided
+// transfers need.
+inline constexpr unsigned qp_access_proved = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
 
 // Registered buffers of one size, in registrations of pool_chunk buffers.
 class BufferPool {
@@ -198,9 +211,15 @@ struct Device {
     std::uint32_t srq_target = 0; // receive buffers the SRQ should hold
     std::uint32_t srq_posted = 0;
     std::string name;
-    // Registrations of user buffers, by start (see IbMethod::cached_mr).
-    std::map<std::uintptr_t, std::shared_ptr<CachedMr>> cache;
-    std::size_t cache_bytes = 0;
+    // Registrations of user buffers, by start (see IbMethod::cached_mr):
+    // for sends and receives (send_access), and for exposures
+    // (expose_access), each bounded on its own.
+    struct MrCache {
+        std::map<std::uintptr_t, std::shared_ptr<CachedMr>> entries;
+        std::size_t bytes = 0;
+    };
+    MrCache cache;
+    MrCache cache_rw;
 };
 
 // Memory registered for as long as its owner wants (memalloc,
@@ -236,18 +255,26 @@ public:
         for (auto &[key, r] : regions_)
             reg_on(r, pd);
     }
-    // The registration on pd covering [a, a + n), or nullptr.
-    ibv_mr *find(std::uintptr_t a, std::size_t n, const ibv_pd *pd)
+    // The registration on pd covering [a, a + n), or nullptr: one that
+    // peers may only read (sends, receives), or with `writable` one that
+    // they may also write (an exposure), made on first use so that memory
+    // never exposed is never writable from afar.
+    ibv_mr *find(std::uintptr_t a, std::size_t n, const ibv_pd *pd, bool writable)
     {
         const std::lock_guard lock(mu_);
         for (auto it = regions_.upper_bound({a, ~std::uint64_t{0}}); it != regions_.begin();) {
             --it;
-            const Region &r = it->second;
+            Region &r = it->second;
             if (a + n > r.start + r.len)
                 continue; // an earlier region may still hold it
             for (std::size_t k = 0; k < r.pds.size(); ++k) {
-                if (r.pds[k].get() == pd)
+                if (r.pds[k].get() != pd)
+                    continue;
+                if (!writable)
                     return r.mrs[k].get();
+                if (!r.rw_mrs[k])
+                    r.rw_mrs[k] = reg(r, r.pds[k].get(), expose_access);
+                return r.rw_mrs[k].get();
             }
         }
         return nullptr;
@@ -258,19 +285,26 @@ private:
         std::uintptr_t start = 0;
         std::size_t len = 0;
         std::vector<std::shared_ptr<ibv_pd>> pds; // declared first: outlives mrs
-        std::vector<Mr> mrs;
+        std::vector<Mr> mrs;                      // send_access, one per pd
+        std::vector<Mr> rw_mrs;                   // expose_access, made when first exposed
     };
-    static void reg_on(Region &r, const std::shared_ptr<ibv_pd> &pd)
+    static Mr reg(const Region &r, ibv_pd *pd, int access)
     {
         // NOLINTNEXTLINE(performance-no-int-to-ptr): the region's own address
-        Mr mr(ibv_reg_mr(pd.get(), reinterpret_cast<void *>(r.start), r.len, remote_access));
-        if (!mr) {
+        Mr mr(ibv_reg_mr(pd, reinterpret_cast<void *>(r.start), r.len, access));
+        if (!mr)
             gossip::warning(gossip::Mask::ib, "cannot register {} bytes: {}", r.len,
                             errno_text(errno));
+        return mr;
+    }
+    static void reg_on(Region &r, const std::shared_ptr<ibv_pd> &pd)
+    {
+        Mr mr = reg(r, pd.get(), send_access);
+        if (!mr)
             return;
-        }
         r.pds.push_back(pd);
         r.mrs.push_back(std::move(mr));
+        r.rw_mrs.emplace_back();
     }
 
     std::mutex mu_; // Memory may be freed by another thread than the Bmi's
@@ -376,10 +410,19 @@ struct Conn {
     // The handshake (auth.cpp): until it is over only the hello and AUTH
     // messages pass, and an accepted connection has no peer.
     handshake::Session hs;
-    HelloBody pending_remote;   // the peer's hello, until the proof is in
+    HelloBody pending_remote; // the peer's hello, until the proof is in
+    // The connect data each side sent in rdma_cm's request and accept
+    // (credits, buffer size): outside the SENDs, so the methods hand it to
+    // the authenticator with each side's transport hello, under the MACs.
+    std::array<std::byte, connect_data_size> cm_mine{};
+    std::array<std::byte, connect_data_size> cm_theirs{};
     Clock::time_point opened;   // the handshake's deadline runs from here
     bool refusing = false;      // a refusal is on its way: then closed
     int refuse_error = -EACCES; // what its ops fail with
+    bool qp_open = false;       // the queue pair's remote access was raised (established)
+    // Accepted: counted against the connection caps, by source IP.
+    bool accepted = false;
+    std::string source;
 };
 
 struct Early {
@@ -478,6 +521,7 @@ public:
     bool prepare_sleep() override;
     bool poll_fast() override;
     void drop_peer(Addr addr, int error) override;
+    void forget_messages(Addr addr) override;
     Clock::time_point peer_alive(std::uint32_t i) override;
     int watch_external(int /*fd*/) override { return -ENOTSUP; }
     int unwatch_external(int /*fd*/) override { return -ENOTSUP; }
@@ -492,9 +536,10 @@ public:
     [[nodiscard]] std::uint64_t engine() const override { return 0; }
     [[nodiscard]] std::uint64_t counter(Info key) const override
     {
-        return key == Info::registrations       ? registrations_
-               : key == Info::registration_hits ? registration_hits_
-                                                : 0;
+        return key == Info::registrations         ? registrations_
+               : key == Info::registration_hits   ? registration_hits_
+               : key == Info::refused_connections ? refused_
+                                                  : 0;
     }
 
 private:
@@ -527,6 +572,9 @@ private:
     void on_connect_request(rdma_cm_id *id, std::span<const std::byte> pdata,
                             std::uint8_t initiator, std::uint8_t responder);
     void on_up(std::uint32_t c);
+    // The queue pair's responder access (qp_access_flags): 0 from the
+    // connection's start, qp_access_proved once the handshake is over.
+    bool set_qp_access(std::uint32_t c, unsigned flags);
     // Messages go once the peer's hello is in (with an authenticator:
     // once the handshake is over, nothing goes before the proof).  A
     // client without one waits for the server's hello too, so that a
@@ -562,7 +610,8 @@ private:
     bool start_send(std::uint32_t i, Peer &p);
     void start_rdma(std::uint32_t i, Peer &p);
     int register_op(std::uint32_t i, Device &d, int access);
-    std::shared_ptr<CachedMr> cached_mr(Device &d, std::uintptr_t a, std::size_t n, int &error);
+    std::shared_ptr<CachedMr> cached_mr(Device &d, std::uintptr_t a, std::size_t n, bool writable,
+                                        int &error);
     bool read_frames(std::uintptr_t start, std::size_t pages, std::vector<std::uint64_t> &out);
     bool frames_visible();
 
@@ -575,6 +624,11 @@ private:
     Verdict established(std::uint32_t c, const HelloBody &body);
     int start_handshake(std::uint32_t c);
     [[nodiscard]] std::vector<std::byte> transport_hello() const;
+    // A transport hello as the authenticator sees it: the hello's bytes
+    // and the connect data of the same side.
+    [[nodiscard]] static std::vector<std::byte>
+    with_connect_data(std::span<const std::byte> hello,
+                      std::span<const std::byte, connect_data_size> cm);
     void queue_hello(std::uint32_t c, std::vector<std::byte> payload, bool with_auth);
     void queue_auth(std::uint32_t c, std::uint64_t status, std::span<const std::byte> payload);
     Verdict refuse(std::uint32_t c, int error, std::string_view why);
@@ -582,11 +636,21 @@ private:
     // refusing ones whose refusal did not go within a second.
     void check_handshakes(Clock::time_point now);
     Clock::time_point next_handshake_check_{};
-    // Handshake refusals are logged at most once a minute, with how many
+    // Refusals are logged at most once a minute each kind, with how many
     // were not (anyone who reaches the port can cause one).
-    Clock::time_point refusal_logged_{};
-    std::uint64_t refusals_unlogged_ = 0;
-    void log_refusal(const std::string &text);
+    struct RateLog {
+        Clock::time_point logged{};
+        std::uint64_t unlogged = 0;
+    };
+    RateLog refusal_log_; // handshakes
+    RateLog caps_log_;    // connection caps
+    static void log_rated(RateLog &log, const std::string &text);
+    void log_refusal(const std::string &text) { log_rated(refusal_log_, text); }
+    // The connection caps (Limits::max_connections and
+    // max_connections_per_address, as tcp's).
+    std::size_t accepted_open_ = 0;
+    std::unordered_map<std::string, std::size_t> per_source_;
+    std::uint64_t refused_ = 0;
     void match_rts(std::uint32_t i, std::uint32_t c, std::uint64_t cookie, std::uint64_t size,
                    std::vector<Segment> segs);
     void on_cancel(std::uint32_t c, Peer &p, std::uint64_t cookie);

@@ -243,18 +243,18 @@ int IbMethod::expose(Addr peer, std::span<const MutableBuffer> bufs, std::shared
             continue;
         const auto a = reinterpret_cast<std::uintptr_t>(b.data);
         std::uint32_t rkey = 0;
-        if (ibv_mr *mr = registry_->find(a, b.size, dev->pd.get())) {
+        if (ibv_mr *mr = registry_->find(a, b.size, dev->pd.get(), true)) {
             rkey = mr->rkey;
         } else if (frames_visible()) {
             int error = 0;
-            auto e = cached_mr(*dev, a, b.size, error);
+            auto e = cached_mr(*dev, a, b.size, true, error);
             if (!e)
                 return error;
             rkey = e->mr->rkey;
             state->cached.push_back(std::move(e));
         } else {
             ++registrations_;
-            Mr own(ibv_reg_mr(dev->pd.get(), b.data, b.size, remote_access));
+            Mr own(ibv_reg_mr(dev->pd.get(), b.data, b.size, expose_access));
             if (!own)
                 return errno != 0 ? -errno : -ENOMEM;
             rkey = own->rkey;

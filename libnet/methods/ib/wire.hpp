@@ -13,7 +13,8 @@
 namespace bmi::ib {
 
 // 2: the authenticated handshake (hello cookie 1, AUTH messages).
-inline constexpr std::uint8_t wire_version = 2;
+// 3: the connect data (credits, buffer size) is under the handshake's MACs.
+inline constexpr std::uint8_t wire_version = 3;
 inline constexpr std::size_t header_size = 32;
 inline constexpr std::size_t max_url = 512;
 // Largest message a rendezvous may announce (1 TiB): a sanity bound.

@@ -297,8 +297,11 @@ void TcpMethod::established(std::uint32_t c, const HelloBody &body)
         p->readies.clear();
     }
     p->heard = Clock::now();
-    // Sends that waited for this connection go now, in order.
+    // Control frames and sends that waited for this connection go now, in
+    // order.
     if (p->tx_conn == c) {
+        for (const FrameHeader &h : std::exchange(p->held_control, {}))
+            queue_frame(c, h, no_index, 0, 0);
         while (!p->waiting.empty()) {
             const std::uint32_t i = p->waiting.front();
             p->waiting.remove(core_.ops, i);

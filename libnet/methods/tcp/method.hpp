@@ -62,6 +62,8 @@ inline constexpr std::size_t direct_read_min = std::size_t{16} * 1024;
 inline constexpr std::size_t chunk_size = std::size_t{512} * 1024;
 // Early (not yet received) eager messages buffered per peer.
 inline constexpr std::size_t early_peer_bytes = std::size_t{4} * 1024 * 1024;
+// Control frames held per peer while its connection is in its handshake.
+inline constexpr std::size_t max_held_control = 4096;
 // What every early entry counts against the early budgets on top of its
 // payload (an RTS has none): the entry itself, so that empty or one-byte
 // frames on tags nobody receives cannot pile up entries for free.
@@ -226,6 +228,9 @@ struct Peer {
     std::deque<Early> early;
     std::size_t early_bytes = 0;
     std::uint64_t early_serial = 0;
+    // Control frames (NACK, CANCEL, PING, ...) queued while the sending
+    // connection was still in its handshake: they go once it is over.
+    std::vector<FrameHeader> held_control;
     // Receiver-announced receives (docs/bmi.md, "Direct sends").
     std::uint64_t incarnation = 0;             // the peer's, from its latest hello
     std::uint64_t msgs_sent = 0;               // eager/rts/direct frames queued to it
@@ -253,6 +258,7 @@ public:
     int unwatch_internal(int fd) override;
     void progress(int timeout_ms) override;
     void drop_peer(Addr addr, int error) override;
+    void forget_messages(Addr addr) override;
     [[nodiscard]] std::uint64_t open_connections() const override;
     [[nodiscard]] std::uint64_t direct_sends() const override { return direct_sends_; }
     [[nodiscard]] std::uint64_t engine() const override { return engine_->id(); }

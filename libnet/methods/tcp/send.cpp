@@ -93,6 +93,21 @@ void TcpMethod::queue_control(Peer &p, const FrameHeader &h)
         if (connect_peer(p) != 0)
             return; // nobody to tell; the peer's own deadline ends its op
     }
+    // Nothing but the handshake's frames crosses a connection before its
+    // proof (docs/bmi.md "Authentication"; the peer would close it): a
+    // control frame waits for the end, and if this connection dies, for
+    // the next one's (what it is about stays the peer's).  One ping is as
+    // good as many; the rest are bounded by the ops they are about, and
+    // beyond max_held_control the peer's own deadlines end its ops.
+    if (!conns_[p.tx_conn]->hello_received) {
+        const bool dup = h.type == FrameType::ping &&
+                         std::ranges::any_of(p.held_control, [](const FrameHeader &held) {
+                             return held.type == FrameType::ping;
+                         });
+        if (!dup && p.held_control.size() < max_held_control)
+            p.held_control.push_back(h);
+        return;
+    }
     queue_frame(p.tx_conn, h, no_index, 0, 0);
 }
 

@@ -622,6 +622,19 @@ void TcpMethod::drop_peer(Addr addr, int error)
     retiring_.push_back(addr);
 }
 
+void TcpMethod::forget_messages(Addr addr)
+{
+    Peer *p = peer_ptr(addr);
+    if (p == nullptr)
+        return;
+    // Its connections are closed and its ops failed (drop_peer): no
+    // receive waits on any of these any more.
+    while (!p->early.empty())
+        drop_early(*p, p->early.begin());
+    p->held_control.clear();
+    retiring_.push_back(addr);
+}
+
 // ----------------------------------------------------------------- op life
 
 void TcpMethod::unlink(std::uint32_t i)
