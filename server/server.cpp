@@ -56,7 +56,7 @@ std::string reclaimer_method(const config::Cluster &cluster, const config::Serve
 {
     const auto scheme = [](const std::string &url) { return url.substr(0, url.find(':')); };
     for (const std::string &mine : me.addresses) {
-        const std::string s = scheme(mine);
+        std::string s = scheme(mine);
         const bool everywhere = std::ranges::all_of(cluster.servers, [&](const config::Server &o) {
             return !o.data || std::ranges::any_of(o.addresses, [&](const std::string &a) {
                 return scheme(a) == s;

@@ -20,9 +20,9 @@
 #include "data_service.hpp"
 #include "key_table.hpp"
 #include "meta_service.hpp"
-#include "reclaimer.hpp"
 #include "pvfs/config.hpp"
 #include "pvfs/proto.hpp"
+#include "reclaimer.hpp"
 #include "replay_guard.hpp"
 #include "server_metrics.hpp"
 

@@ -502,22 +502,22 @@ ATF_TEST_CASE_BODY(metrics)
         const std::string t = text.str();
         std::array<char, 256> host{};
         require(::gethostname(host.data(), host.size() - 1) == 0, "gethostname");
-        const std::string who = std::string("daemon=\"pvfsd\",host=\"") + host.data() + "\"";
+        const std::string who = std::string(R"(daemon="pvfsd",host=")") + host.data() + R"(")";
         const auto has = [&](const std::string &line) {
             require(t.find("\n" + line + "\n") != std::string::npos,
                     "no line '" + line + "' in:\n" + t.substr(0, 1500));
         };
-        has("pvfs_client_requests_total{" + who + ",op=\"LOOKUP\"} 1");
-        has("pvfs_client_errors_total{" + who + ",op=\"LOOKUP\",errno=\"ENOENT\"} 1");
-        has("pvfs_client_requests_total{" + who + ",op=\"READ\"} 2");
-        has("pvfs_client_request_duration_seconds_count{" + who + ",op=\"WRITE\"} 1");
-        has("pvfs_client_data_bytes_total{" + who + ",direction=\"write\"} " +
+        has("pvfs_client_requests_total{" + who + R"(,op="LOOKUP"} 1)");
+        has("pvfs_client_errors_total{" + who + R"(,op="LOOKUP",errno="ENOENT"} 1)");
+        has("pvfs_client_requests_total{" + who + R"(,op="READ"} 2)");
+        has("pvfs_client_request_duration_seconds_count{" + who + R"(,op="WRITE"} 1)");
+        has("pvfs_client_data_bytes_total{" + who + R"(,direction="write"} )" +
             std::to_string(slot_size));
-        has("pvfs_client_data_bytes_total{" + who + ",direction=\"read\"} 3000");
-        has("pvfs_client_requests_total{" + who + ",op=\"STATFS\"} 0");
+        has("pvfs_client_data_bytes_total{" + who + R"(,direction="read"} 3000)");
+        has("pvfs_client_requests_total{" + who + R"(,op="STATFS"} 0)");
         has("pvfs_client_mounts{" + who + "} 1");
         has("pvfs_client_upcalls_in_flight{" + who + "} 0");
-        require(t.find("errno=\"ENOENT\"} 1") == t.rfind("errno=\"ENOENT\"} 1"),
+        require(t.find(R"(errno="ENOENT"} 1)") == t.rfind(R"(errno="ENOENT"} 1)"),
                 "an ENOENT counted for another op too:\n" + t);
     }
     require(!std::filesystem::exists(path), "the metrics file stayed after the daemon went");

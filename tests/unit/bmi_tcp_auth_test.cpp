@@ -1358,7 +1358,7 @@ ATF_TEST_CASE_BODY(unproved_rdma_ib)
     std::vector<bmi::UnexpectedMessage> in;
     ATF_REQUIRE(run_until(
         s, {}, 5s, [&] { return !in.empty(); }, &in));
-    bmi::Memory big = s.bmi.memalloc(in[0].peer(), 64 * 1024);
+    bmi::Memory big = s.bmi.memalloc(in[0].peer(), std::size_t{64} * 1024);
     std::fill_n(big.data(), big.size(), std::byte{0x22});
     const bmi::Post send = s.bmi.post_send(in[0].peer(), big.data(), big.size(), 4, nullptr, s.ctx);
     ATF_REQUIRE(send.ok());
