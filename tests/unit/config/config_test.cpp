@@ -453,10 +453,10 @@ ATF_TEST_CASE_BODY(insecure_benchmark_only)
     const config::Result again = parse_text(text);
     require_msg(again.ok() && again.cluster == on.cluster, again.error);
     // One server off loopback: refused, naming it.
-    expect_error(text_with({{14, "addresses = [\"tcp://10.1.2.3:3335\"]"}},
+    expect_error(text_with({{14, "addresses = [\"tcp://198.18.0.3:3335\"]"}},
                            "\n[defaults]\ninsecure_benchmark_only = true\n"),
                  "t.toml:19: defaults.insecure_benchmark_only: ",
-                 "server d0 has the address tcp://10.1.2.3:3335, not on loopback");
+                 "server d0 has the address tcp://198.18.0.3:3335, not on loopback");
     expect_error(text_with({}, "\n[defaults]\ninsecure_benchmark_only = 1\n"),
                  "t.toml:19: defaults.insecure_benchmark_only: ", "expected true or false");
 }
