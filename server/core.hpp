@@ -40,6 +40,9 @@ struct Origin {
     // When it arrived (ServerMetrics::now_ns), for its latency; 0 when
     // the server keeps no metrics.
     std::uint64_t arrived_ns = 0;
+    // The request's flag request_wants_capability: a create's reply may
+    // carry a capability for the file it made.
+    bool wants_capability = false;
 };
 
 // Anything that posts BMI operations on the server's context: the

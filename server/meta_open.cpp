@@ -13,6 +13,7 @@
 
 #include "meta_service.hpp"
 #include "pvfs/gossip.hpp"
+#include "pvfs/perm.hpp"
 
 namespace pvfs::server {
 
@@ -63,21 +64,23 @@ MetaService::HoldUndo MetaService::hold_created(Handle handle, const proto::Crea
     // cannot go between the create and its open as it can between a
     // CREATE and an OPEN.  A file found (not exclusive) is held as an
     // OPEN would hold it.
-    HoldUndo undo{handle, open.client_id, false, 0, 0};
+    HoldUndo undo{handle, open.client_id, false, 0, 0, 0};
     const std::lock_guard lock(open_mutex_);
     seen_[open.client_id] = Clock::now();
     auto &holders = holds_[handle];
     const auto mine = std::find_if(holders.begin(), holders.end(),
                                    [&](const Holder &h) { return h.client_id == open.client_id; });
     if (mine == holders.end()) {
-        holders.push_back(Holder{open.client_id, open.gen, open.mode});
+        holders.push_back(Holder{open.client_id, open.gen, open.mode, open.mode});
         undo.added = true;
     } else {
         undo.gen = mine->gen;
         undo.mode = mine->mode;
+        undo.rights = mine->rights;
         if (mine->gen <= open.gen) {
             mine->gen = open.gen;
             mine->mode |= open.mode;
+            mine->rights |= open.mode;
         }
     }
     return undo;
@@ -100,6 +103,7 @@ void MetaService::undo_hold(const HoldUndo &undo)
     } else {
         mine->gen = undo.gen;
         mine->mode = undo.mode;
+        mine->rights = undo.rights;
     }
 }
 
@@ -126,6 +130,16 @@ void MetaService::serve_open(const Origin &origin, const Credentials &cred,
         return;
     }
     const bool was_orphan = out.attr.nlink == 0;
+    // The open is not refused for want of permission (the kernel decided,
+    // and a create's O_RDWR of a 0444 file is right), but only what the
+    // permission allows goes into the hold's rights (capabilities).
+    std::uint32_t permitted = 0;
+    if ((req.mode & proto::open_read) != 0 &&
+        perm::may_access(cred, out.attr, proto::access_read) == 0)
+        permitted |= proto::open_read;
+    if ((req.mode & proto::open_write) != 0 &&
+        perm::may_access(cred, out.attr, proto::access_write) == 0)
+        permitted |= proto::open_write;
     bool added = false;
     std::string owner;
     {
@@ -158,12 +172,13 @@ void MetaService::serve_open(const Origin &origin, const Credentials &cred,
             return h.client_id == req.client_id;
         });
         if (mine == holders.end()) {
-            holders.push_back(Holder{req.client_id, req.gen, req.mode});
+            holders.push_back(Holder{req.client_id, req.gen, req.mode, permitted});
             added = true;
         } else if (mine->gen <= req.gen) {
             // Older opens (a late duplicate) change nothing.
             mine->gen = req.gen;
             mine->mode |= req.mode;
+            mine->rights |= permitted;
         }
     }
     if (was_orphan) {

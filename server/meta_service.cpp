@@ -51,7 +51,7 @@ template <class T>
 concept meta_read = one_of<T, proto::LookupRequest, proto::GetattrRequest, proto::ReadlinkRequest,
                            proto::ReaddirRequest, proto::XattrGetRequest, proto::XattrListRequest,
                            proto::LayoutGetRequest, proto::ListHandlesRequest, proto::AccessRequest,
-                           proto::OpenRequest, proto::ListOrphansRequest>;
+                           proto::OpenRequest, proto::ListOrphansRequest, proto::CapabilityRequest>;
 // Applied in a write batch by the committer (apply).
 template <class T>
 concept meta_write =
@@ -191,6 +191,7 @@ struct ReadHandler {
     // handle() serves these itself (meta_open.cpp).
     int operator()(const proto::OpenRequest & /*request*/) const { return -EOPNOTSUPP; }
     int operator()(const proto::ListOrphansRequest & /*request*/) const { return -EOPNOTSUPP; }
+    int operator()(const proto::CapabilityRequest & /*request*/) const { return -EOPNOTSUPP; }
 
     // handle() queues these for the committer or never sees them.
     template <class T>
@@ -255,11 +256,11 @@ struct WriteHandler {
     {
         meta::CreateResult result;
         if (unfit(c.layout)) {
-            response = proto::CreateResponse{result.attr, false};
+            response = proto::CreateResponse{result.attr, false, std::nullopt};
             return -EINVAL;
         }
         const int rc = batch.create(cred, c.parent, c.name, c.mode, c.exclusive, c.layout, result);
-        response = proto::CreateResponse{result.attr, result.created};
+        response = proto::CreateResponse{result.attr, result.created, std::nullopt};
         return rc;
     }
 
@@ -474,6 +475,7 @@ bool MetaService::handles(proto::Op op) noexcept
     case proto::Op::close:
     case proto::Op::orphan_done:
     case proto::Op::list_orphans:
+    case proto::Op::capability:
         return true;
     default:
         return false;
@@ -520,6 +522,9 @@ void MetaService::handle(const Origin &origin, const Credentials &cred, const pr
         return;
     case proto::Op::list_orphans:
         serve_list_orphans(origin, cred, std::get<proto::ListOrphansRequest>(body));
+        return;
+    case proto::Op::capability:
+        serve_capability(origin, cred, std::get<proto::CapabilityRequest>(body));
         return;
     default:
         break;
@@ -744,9 +749,15 @@ void MetaService::answer(Job &job)
     }
     if (job.error != 0) {
         loop_.respond_error(job.origin, job.error);
-    } else {
-        loop_.respond(job.origin, std::move(job.response));
+        return;
     }
+    // The creator's capability (not in the reply cache: a retry answered
+    // from it has none, and its client asks as for any file).
+    if (auto *created = std::get_if<proto::CreateResponse>(&job.response);
+        created != nullptr && job.origin.wants_capability && settings_.capability_key &&
+        created->created && created->attr.type == ObjectType::regular)
+        created->cap = grant(job.origin, created->attr.handle, proto::cap_read | proto::cap_write);
+    loop_.respond(job.origin, std::move(job.response));
 }
 
 } // namespace pvfs::server

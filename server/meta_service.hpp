@@ -65,6 +65,13 @@ struct MetaSettings {
     // takes (and max_commit_wait).
     bool group_commit = true;
     std::chrono::microseconds max_commit_wait{500};
+    // Capabilities ([defaults] capability_ttl; docs/protocol.md
+    // "Capabilities"): how long one is valid, the file system it names and
+    // the key that signs it (none: the service answers capability requests
+    // EOPNOTSUPP, for tests of the service alone).
+    std::chrono::milliseconds capability_ttl{std::chrono::minutes(5)};
+    std::uint32_t fs_id = 0;
+    std::optional<proto::CapabilityKey> capability_key;
 };
 
 class MetaService {
@@ -109,6 +116,7 @@ private:
         bool added = false;    // a new holder; else the one before had:
         std::uint64_t gen = 0; // its gen
         std::uint32_t mode = 0;
+        std::uint32_t rights = 0;
     };
     struct Job {
         Origin origin;
@@ -126,6 +134,10 @@ private:
         std::uint64_t client_id = 0;
         std::uint64_t gen = 0;
         std::uint32_t mode = 0;
+        // The open_* bits of `mode` the holder's permission allowed when it
+        // opened (all of them for a create's open): what its capabilities
+        // may have through the hold (meta_capability.cpp).
+        std::uint32_t rights = 0;
     };
     using Clock = std::chrono::steady_clock;
     // A client session as the committer keeps it (the store has the rest).
@@ -156,6 +168,16 @@ private:
     void serve_open(const Origin &origin, const Credentials &cred, const proto::OpenRequest &req);
     void serve_list_orphans(const Origin &origin, const Credentials &cred,
                             const proto::ListOrphansRequest &req);
+    // Capabilities (meta_capability.cpp).
+    void serve_capability(const Origin &origin, const Credentials &cred,
+                          const proto::CapabilityRequest &req);
+    // A capability of `rights` over handle for the request's key, signed.
+    [[nodiscard]] proto::Capability grant(const Origin &origin, Handle handle,
+                                          std::uint32_t rights) const;
+    // Whether session client_id (of `key`) holds handle open with every
+    // open_* bit of `mode`.
+    [[nodiscard]] bool holds_open(std::uint64_t client_id, std::string_view key, Handle handle,
+                                  std::uint32_t mode);
     void apply_close(meta::WriteBatch &batch, Job &job);
     // A close that only drops holds on files that are not orphans, taken
     // on the loop without the committer; false leaves the job untouched

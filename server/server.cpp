@@ -19,6 +19,7 @@
 #include <variant>
 
 #include <fmt/format.h>
+#include <sodium.h>
 
 #include "pvfs/auth.hpp"
 #include "pvfs/gossip.hpp"
@@ -73,6 +74,23 @@ std::int64_t realtime_ns()
     timespec ts{};
     ::clock_gettime(CLOCK_REALTIME, &ts);
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// How far past its expiry a capability is still taken: the metadata
+// server's clock and this one's may differ (as the replay guard allows).
+constexpr std::int64_t capability_skew_ns = std::int64_t{120} * 1'000'000'000;
+
+// The handle a data request is about (capability_needed(op) != 0).
+Handle request_handle(const proto::RequestBody &body)
+{
+    return std::visit(
+        [](const auto &b) -> Handle {
+            if constexpr (requires { b.handle; })
+                return b.handle;
+            else
+                return no_handle;
+        },
+        body);
 }
 
 // The default-constructed response body of `op` (its variant alternative).
@@ -272,6 +290,10 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         settings.lease = std::chrono::milliseconds(server->cluster_.defaults.lease_ms);
         settings.reclaim_after = reclaim_after(server->cluster_.defaults);
         settings.group_commit = server->cluster_.defaults.group_commit;
+        settings.capability_ttl =
+            std::chrono::milliseconds(server->cluster_.defaults.capability_ttl_ms);
+        settings.fs_id = server->cluster_.fs_id;
+        settings.capability_key = server->capability_key_;
         // Test-only: lose replies on purpose (docs/testing.md).  Read at
         // start, before the committer thread exists.
         // NOLINTNEXTLINE(concurrency-mt-unsafe)
@@ -364,7 +386,7 @@ bool Server::start_metrics(const std::string &path, std::chrono::milliseconds in
 Server::Server(config::Cluster cluster, std::size_t self_index, proto::Key key)
     : cluster_(std::move(cluster)), self_(cluster_.servers.at(self_index)),
       self_index_(static_cast<std::uint32_t>(self_index)), config_text_(config::to_toml(cluster_)),
-      config_hash_(config::hash(cluster_)),
+      config_hash_(config::hash(cluster_)), capability_key_(proto::capability_key(key)),
       keys_(std::move(key), cluster_.defaults.root_squash, cluster_.client_keys),
       started_(std::chrono::steady_clock::now())
 {
@@ -372,6 +394,7 @@ Server::Server(config::Cluster cluster, std::size_t self_index, proto::Key key)
 
 Server::~Server()
 {
+    sodium_memzero(capability_key_.data(), capability_key_.size());
     if (data_ && bmi_)
         static_cast<void>(bmi_->unwatch_fd(data_->event_fd()));
     if (meta_ && bmi_)
@@ -481,6 +504,7 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
     Origin origin{message.peer(),          message.tag(),     request_.request_id,
                   request_.session,        request_.seq,      request_.op(),
                   request_.knows_orphaned, std::move(client), arrived};
+    origin.wants_capability = request_.wants_capability;
     if (!key_allowed(origin) || !addressed_here(origin))
         return;
     // Each key has its own sessions (a session id is in the clear).
@@ -528,6 +552,8 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
             respond_error(origin, EOPNOTSUPP);
             return;
         }
+        if (!capability_allows(origin))
+            return;
         data_->handle(origin, request_.body);
         return;
     }
@@ -567,6 +593,43 @@ bool Server::addressed_here(const Origin &origin)
     return false;
 }
 
+bool Server::capability_allows(const Origin &origin)
+{
+    const std::uint32_t needed = proto::capability_needed(origin.op);
+    if (needed == 0)
+        return true;
+    std::string fault;
+    const std::optional<proto::Capability> &cap = request_.cap;
+    const std::optional<std::uint32_t> key_id = origin.client->key.id();
+    if (!cap) {
+        if (!cluster_.defaults.require_capabilities)
+            return true;
+        fault = "no capability";
+    } else if (!proto::capability_signed(capability_key_, *cap)) {
+        fault = "a capability with a bad tag (forged, or signed by another cluster)";
+    } else if (cap->handle != request_handle(request_.body)) {
+        fault = fmt::format("a capability for another file ({:#x})", cap->handle);
+    } else if ((cap->rights & needed) == 0) {
+        fault = fmt::format("a capability without the right (rights {:#x}, needs {:#x})",
+                            cap->rights, needed);
+    } else if (cap->fs_id != cluster_.fs_id) {
+        fault = fmt::format("a capability of file system id {}", cap->fs_id);
+    } else if (cap->keyed != key_id.has_value() || (key_id && cap->key_id != *key_id)) {
+        fault = "another key's capability";
+    } else if (cap->expires_ns + capability_skew_ns < realtime_ns()) {
+        fault = fmt::format("a capability expired {} s ago",
+                            (realtime_ns() - cap->expires_ns) / 1'000'000'000);
+    }
+    if (fault.empty())
+        return true;
+    log_refusal(capability_refusals_, origin.peer,
+                fmt::format("refused {} request {} from {} (key {}): {}", proto::op_name(origin.op),
+                            origin.request_id, bmi_->rev_lookup(origin.peer), origin.client->name(),
+                            fault));
+    respond_error(origin, EACCES);
+    return false;
+}
+
 bool Server::key_allowed(const Origin &origin)
 {
     const Client &c = *origin.client;
@@ -578,8 +641,10 @@ bool Server::key_allowed(const Origin &origin)
     // client node left with it is still refused, and named in the log.
     if (!c.revoked) {
         const auto *close = std::get_if<proto::CloseRequest>(&request_.body);
+        const auto *cap = std::get_if<proto::CapabilityRequest>(&request_.body);
         if ((close != nullptr && close->refs.empty()) || origin.op == proto::Op::remove_object ||
-            origin.op == proto::Op::orphan_done)
+            origin.op == proto::Op::orphan_done ||
+            (cap != nullptr && cap->rights == proto::cap_destroy))
             return true;
     }
     log_refusal(key_refusals_, origin.peer,

@@ -98,6 +98,10 @@ private:
     // "Destination binding"); if not, it is logged (at most once a minute
     // per peer) and answered with EINVAL.
     bool addressed_here(const Origin &origin);
+    // Whether the decoded data request_ carries the capability its op
+    // needs (docs/protocol.md "Capabilities"); if not, it is logged (at
+    // most once a minute per peer) and answered with EACCES.
+    bool capability_allows(const Origin &origin);
     void send(const Origin &origin, proto::Response &response);
     void reply_done(Reply &reply, const bmi::Completion &done);
     [[nodiscard]] proto::StatusResponse status() const;
@@ -114,6 +118,7 @@ private:
     std::uint32_t self_index_;
     std::string config_text_;
     std::array<std::byte, 32> config_hash_{};
+    proto::CapabilityKey capability_key_{}; // from the cluster key, before keys_ takes it
     KeyTable keys_;
     bool keys_stale_ = false; // the last re-read failed: retried at keys_retry_
     std::chrono::steady_clock::time_point keys_retry_{};
@@ -126,11 +131,12 @@ private:
     std::chrono::steady_clock::time_point started_;
     std::chrono::steady_clock::time_point keys_checked_{};
 
-    proto::Request request_;       // decoded into again and again (its buffers reused)
-    RefusalLog refusals_;          // misdirected or unbound
-    RefusalLog key_refusals_;      // unknown, revoked or servers-only keys
-    RefusalLog mismatch_refusals_; // envelope key not the connection's proved key
-    RefusalLog bulk_refusals_;     // chunks whose MAC failed, requests without MACs
+    proto::Request request_;         // decoded into again and again (its buffers reused)
+    RefusalLog refusals_;            // misdirected or unbound
+    RefusalLog key_refusals_;        // unknown, revoked or servers-only keys
+    RefusalLog mismatch_refusals_;   // envelope key not the connection's proved key
+    RefusalLog bulk_refusals_;       // chunks whose MAC failed, requests without MACs
+    RefusalLog capability_refusals_; // data requests without a capability that allows them
     // Handshake refusals (the authenticator's lookup): at most one line a
     // minute per revoked key of the table, and one for all unknown key ids
     // together, which a peer picks freely (one line per id let a flood of

@@ -116,6 +116,13 @@ struct Defaults {
     // 0: the lease.  Never shorter than the lease: a record handed to a
     // client is handed again only a lease later.
     std::uint32_t reclaim_after_ms = 0;
+    // Capabilities (docs/protocol.md "Capabilities"): how long one the
+    // metadata server signs is valid (a chmod reaches clients that hold
+    // one within this long), and whether data servers refuse data I/O
+    // without one (false: they check those that come, for a cluster whose
+    // clients are not all upgraded yet).
+    std::uint32_t capability_ttl_ms = 300'000;
+    bool require_capabilities = true;
     // Accepted connections a server keeps open, in all and per source
     // address (docs/bmi.md "Limits"); more are reset at accept.
     std::uint32_t max_connections = 4096;

@@ -126,8 +126,12 @@ enum class Op : std::uint16_t {
     close = 39,
     orphan_done = 40,
     list_orphans = 41,
+    // A capability for a file's data objects (docs/protocol.md
+    // "Capabilities"): the metadata server checks the rights asked for and
+    // signs them for the data servers, which refuse data I/O without one.
+    capability = 42,
 };
-inline constexpr std::uint16_t op_count = 41;
+inline constexpr std::uint16_t op_count = 42;
 
 // "lookup", "xattr_set", ...; "unknown" for a value outside Op.
 [[nodiscard]] const char *op_name(Op op) noexcept;
@@ -203,6 +207,34 @@ struct ChunkMacs {
     std::uint64_t key_check = 0;
     std::vector<ChunkMac> tags; // writes: one per chunk; reads: empty
     friend bool operator==(const ChunkMacs &, const ChunkMacs &) = default;
+};
+
+// ---- capabilities (docs/protocol.md "Capabilities") ----------------------
+
+// Capability::rights bits.  read: read and fsync the objects; write: write,
+// truncate and fsync them; destroy: remove them (granted only for a handle
+// that names no live file any more).
+inline constexpr std::uint32_t cap_read = 1;
+inline constexpr std::uint32_t cap_write = 2;
+inline constexpr std::uint32_t cap_destroy = 4;
+inline constexpr std::uint32_t cap_rights = cap_read | cap_write | cap_destroy;
+inline constexpr std::size_t capability_tag_size = 16;
+using CapabilityTag = std::array<std::byte, capability_tag_size>;
+// What a metadata server grants, for the data servers to check on every
+// data request: rights over the data objects of one file, for one key
+// (the one whose request got it: a capability read off the wire is of no
+// use to another key), until a time of the metadata server's clock.  The
+// tag is keyed BLAKE2b under the capability key (capability_key below),
+// which only servers derive.
+struct Capability {
+    Handle handle = no_handle;
+    std::uint32_t rights = 0; // cap_* bits, not 0
+    std::uint32_t fs_id = 0;
+    bool keyed = false;          // for the client key key_id; false: for the cluster key
+    std::uint32_t key_id = 0;    // 0 unless keyed
+    std::int64_t expires_ns = 0; // CLOCK_REALTIME of the metadata server that signed it
+    CapabilityTag tag{};
+    friend bool operator==(const Capability &, const Capability &) = default;
 };
 
 // ---- request bodies, one per op, in Op order -----------------------------
@@ -518,6 +550,19 @@ struct Doomed {
     friend bool operator==(const Doomed &, const Doomed &) = default;
 };
 
+// A capability for `rights` (cap_* bits) over `handle`'s data objects.
+// read and write are granted by the caller's permission on the file, or,
+// with a client_id, when that client's session (of the same key) holds it
+// open with that mode (an open descriptor keeps its rights after a
+// chmod).  destroy alone, for a handle this server issued whose file is
+// gone (unlinked and not held open).
+struct CapabilityRequest {
+    Handle handle = no_handle;
+    std::uint32_t rights = 0;
+    std::uint64_t client_id = 0; // 0: none
+    friend bool operator==(const CapabilityRequest &, const CapabilityRequest &) = default;
+};
+
 // ---- response bodies, one per op, in Op order ----------------------------
 
 struct GetConfigResponse {
@@ -552,6 +597,9 @@ struct SetattrResponse {
 struct CreateResponse {
     Attr attr;
     bool created = false; // false: it existed (and the request was not exclusive)
+    // Trailing, only in the answer to a request with request_wants_capability
+    // that created a regular file: read and write over its data.
+    std::optional<Capability> cap;
     friend bool operator==(const CreateResponse &, const CreateResponse &) = default;
 };
 struct MkdirResponse {
@@ -718,17 +766,21 @@ struct ListOrphansResponse {
     friend bool operator==(const ListOrphansResponse &, const ListOrphansResponse &) = default;
 };
 
+struct CapabilityResponse {
+    Capability cap;
+    friend bool operator==(const CapabilityResponse &, const CapabilityResponse &) = default;
+};
+
 // Alternative i is the body of Op i + 1: the variant's index is the op.
-using RequestBody =
-    std::variant<GetConfigRequest, StatusRequest, LookupRequest, GetattrRequest, SetattrRequest,
-                 CreateRequest, MkdirRequest, MknodRequest, SymlinkRequest, LinkRequest,
-                 ReadlinkRequest, RemoveRequest, RmdirRequest, RenameRequest, ReaddirRequest,
-                 StatfsRequest, ReadRequest, WriteRequest, FsyncRequest, ObjectSizesRequest,
-                 TruncateObjectRequest, RemoveObjectRequest, ListObjectsRequest, XattrGetRequest,
-                 XattrSetRequest, XattrListRequest, XattrRemoveRequest, LayoutGetRequest,
-                 LayoutSetRequest, ListHandlesRequest, MkdirObjectRequest, LinkDirRequest,
-                 RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest, AccessRequest,
-                 SessionRequest, OpenRequest, CloseRequest, OrphanDoneRequest, ListOrphansRequest>;
+using RequestBody = std::variant<
+    GetConfigRequest, StatusRequest, LookupRequest, GetattrRequest, SetattrRequest, CreateRequest,
+    MkdirRequest, MknodRequest, SymlinkRequest, LinkRequest, ReadlinkRequest, RemoveRequest,
+    RmdirRequest, RenameRequest, ReaddirRequest, StatfsRequest, ReadRequest, WriteRequest,
+    FsyncRequest, ObjectSizesRequest, TruncateObjectRequest, RemoveObjectRequest,
+    ListObjectsRequest, XattrGetRequest, XattrSetRequest, XattrListRequest, XattrRemoveRequest,
+    LayoutGetRequest, LayoutSetRequest, ListHandlesRequest, MkdirObjectRequest, LinkDirRequest,
+    RetireDirRequest, UnlinkDirRequest, RemoveDirObjectRequest, AccessRequest, SessionRequest,
+    OpenRequest, CloseRequest, OrphanDoneRequest, ListOrphansRequest, CapabilityRequest>;
 using ResponseBody = std::variant<
     GetConfigResponse, StatusResponse, LookupResponse, GetattrResponse, SetattrResponse,
     CreateResponse, MkdirResponse, MknodResponse, SymlinkResponse, LinkResponse, ReadlinkResponse,
@@ -737,7 +789,7 @@ using ResponseBody = std::variant<
     ListObjectsResponse, XattrGetResponse, XattrSetResponse, XattrListResponse, XattrRemoveResponse,
     LayoutGetResponse, LayoutSetResponse, ListHandlesResponse, MkdirObjectResponse, LinkDirResponse,
     RetireDirResponse, UnlinkDirResponse, RemoveDirObjectResponse, AccessResponse, SessionResponse,
-    OpenResponse, CloseResponse, OrphanDoneResponse, ListOrphansResponse>;
+    OpenResponse, CloseResponse, OrphanDoneResponse, ListOrphansResponse, CapabilityResponse>;
 static_assert(std::variant_size_v<RequestBody> == op_count);
 static_assert(std::variant_size_v<ResponseBody> == op_count);
 
@@ -785,9 +837,21 @@ inline constexpr std::uint32_t request_keyed = 16;
 // body has them; a server that does not know it refuses the request as
 // bad_flags instead of ignoring the tags.
 inline constexpr std::uint32_t request_chunk_macs = 32;
-inline constexpr std::uint32_t request_flags = request_has_once | request_knows_orphaned |
-                                               request_bound | request_create_opens |
-                                               request_keyed | request_chunk_macs;
+// A Capability follows the key id (or the destination, or the once ids),
+// under the MAC: only on the data ops that need one (capability_needed).
+inline constexpr std::uint32_t request_capability = 64;
+// A create whose answer may carry a capability (CreateResponse::cap) for
+// the file it made: its creator may write it whatever its mode, as the
+// descriptor of open(O_CREAT) may.  Only on op create.
+inline constexpr std::uint32_t request_wants_capability = 128;
+inline constexpr std::uint32_t request_flags =
+    request_has_once | request_knows_orphaned | request_bound | request_create_opens |
+    request_keyed | request_chunk_macs | request_capability | request_wants_capability;
+// The rights a data request needs of its capability (cap_* bits): read
+// needs read, write and truncate_object write, fsync either (cap_read |
+// cap_write: one of them), remove_object destroy; 0 for the ops that take
+// none.
+[[nodiscard]] std::uint32_t capability_needed(Op op) noexcept;
 
 // The server a request is for: the file system's id ([filesystem] id) and
 // the server's index in the config's server list.
@@ -805,6 +869,8 @@ struct Request {
     OnceIds once;                  // on the wire only when present()
     bool knows_orphaned = false;   // envelope flag request_knows_orphaned
     std::optional<Destination> to; // on the wire (request_bound) when set
+    std::optional<Capability> cap; // on the wire (request_capability) when set
+    bool wants_capability = false; // envelope flag request_wants_capability
     Credentials cred;
     RequestBody body; // its alternative is the op
     [[nodiscard]] Op op() const noexcept { return static_cast<Op>(body.index() + 1); }
@@ -869,6 +935,19 @@ using SessionKey = std::array<std::byte, 32>;
 // with); nullopt when the flag is absent or the envelope too short to say.
 [[nodiscard]] std::optional<std::uint32_t>
 request_key_id(std::span<const std::byte> message) noexcept;
+
+// The key capabilities are signed with: BLAKE2b-256 under the cluster key
+// of a fixed label, so every server derives it and a client holding only
+// its own client key cannot.  (Without client_keys every node holds the
+// cluster key, and so can sign capabilities: docs/security.md.)
+using CapabilityKey = std::array<std::byte, 32>;
+class Key;
+[[nodiscard]] CapabilityKey capability_key(const Key &cluster_key) noexcept;
+// Sets cap.tag over every other field.
+void sign_capability(const CapabilityKey &key, Capability &cap) noexcept;
+// Whether cap.tag is right (constant time); says nothing of the rights,
+// the handle or the expiry, which the caller checks.
+[[nodiscard]] bool capability_signed(const CapabilityKey &key, const Capability &cap) noexcept;
 
 // Reads a file that holds secrets (`what` names it in errors: "key file",
 // "client keys file"): refused unless it is a regular file (not through a

@@ -363,6 +363,9 @@ Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
             co_return rc;
         if (a.type != ObjectType::regular)
             co_return a.type == ObjectType::directory ? -EISDIR : -EINVAL;
+        proto::Capability cap;
+        if (const int rc = co_await m.capability(handle, proto::cap_write, cap); rc != 0)
+            co_return rc;
         std::vector<Rpc> rpcs(a.layout.stripe_count);
         std::vector<Rpc *> ptrs;
         for (std::uint32_t slot = 0; slot < a.layout.stripe_count; ++slot) {
@@ -372,6 +375,7 @@ Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
             rpcs[slot].server =
                 m.data_servers.at(layout::server_of_slot(a.layout, m.data_count(), slot));
             rpcs[slot].req.body = proto::TruncateObjectRequest{handle, *size};
+            rpcs[slot].req.cap = cap;
             ptrs.push_back(&rpcs[slot]);
         }
         // A truncation changes mtime and ctime and clears setuid/setgid, as
@@ -460,6 +464,11 @@ Task<int> Client::create_in(Handle parent, std::string_view name, std::uint32_t 
         proto::CreateRequest{parent, std::string(name), mode, exclusive, layout, open};
     if (const int rc = co_await m.meta_call(parent, std::move(request), r); rc != 0)
         co_return rc;
+    if (r.cap) {
+        if (r.cap->handle != r.attr.handle)
+            co_return -EPROTO;
+        m.remember_capability(*r.cap);
+    }
     if (open) {
         // The server holds it now, as after co_open: counted the same way,
         // so that co_close sends the CLOSE.

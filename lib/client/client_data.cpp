@@ -49,9 +49,12 @@ Task<std::int64_t> Client::co_read(Handle handle, std::uint64_t offset, std::spa
     if (const int rc = m.size_requests(handle, a.layout, sizes); rc != 0)
         co_return rc;
     const Region region{offset, buffer.size()};
+    proto::Capability cap;
+    if (const int rc = co_await m.capability(handle, proto::cap_read, cap); rc != 0)
+        co_return rc;
     std::vector<std::unique_ptr<Rpc>> reads;
-    if (const int rc =
-            m.io_requests(a, std::span(&region, 1), buffer.data(), buffer.size(), false, reads);
+    if (const int rc = m.io_requests(a, std::span(&region, 1), buffer.data(), buffer.size(), false,
+                                     cap, reads);
         rc != 0)
         co_return rc;
     // The sizes first: a server's queue sends them before its reads.
@@ -118,12 +121,16 @@ Task<int> Client::co_fsync(Handle handle, bool by_open)
         co_return rc;
     if (a.type != ObjectType::regular)
         co_return 0;
+    proto::Capability cap;
+    if (const int rc = co_await m.fsync_capability(handle, cap); rc != 0)
+        co_return rc;
     std::vector<Rpc> rpcs(a.layout.stripe_count);
     std::vector<Rpc *> ptrs;
     for (std::uint32_t slot = 0; slot < a.layout.stripe_count; ++slot) {
         rpcs[slot].server =
             m.data_servers.at(layout::server_of_slot(a.layout, m.data_count(), slot));
         rpcs[slot].req.body = proto::FsyncRequest{handle};
+        rpcs[slot].req.cap = cap;
         ptrs.push_back(&rpcs[slot]);
     }
     co_await m.run(ptrs);
@@ -320,9 +327,20 @@ Task<int> Client::co_remove_object(std::uint32_t data_index, Handle handle)
     Impl &m = *impl_;
     if (data_index >= m.data_servers.size())
         co_return -EINVAL;
-    proto::RemoveObjectResponse r;
-    proto::RequestBody request = proto::RemoveObjectRequest{handle};
-    co_return co_await m.call_body(m.data_servers[data_index], std::move(request), r);
+    // Only the objects of a file that is gone: the metadata server says
+    // so with a capability.
+    std::vector<proto::Capability> caps;
+    const Handle one = handle;
+    if (const std::vector<int> rc = co_await m.destroy_capabilities(std::span(&one, 1), caps);
+        rc.front() != 0)
+        co_return rc.front();
+    Rpc rpc;
+    rpc.server = m.data_servers[data_index];
+    rpc.req.body = proto::RemoveObjectRequest{handle};
+    rpc.req.cap = caps.front();
+    Rpc *const ptr = &rpc;
+    co_await m.run(std::span(&ptr, 1));
+    co_return rpc.result();
 }
 
 Task<std::vector<ServerStatus>> Client::co_status_all()

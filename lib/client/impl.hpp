@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -100,6 +101,18 @@ struct Client::Impl {
     };
     std::unordered_map<Handle, CachedAccess> access_cache;
     static constexpr std::size_t max_cached_access = 65536;
+    // Capabilities for the data servers (docs/protocol.md "Capabilities"),
+    // per file and rights, asked again when a third of their time is left.
+    // `who` asked for it: a client that checks data access itself
+    // (Options::check_data_access) uses one only for the same caller,
+    // pvfsd (whose kernel checked the open) for any.
+    struct CachedCapability {
+        proto::Capability cap;
+        Clock::time_point renew_at;
+        Credentials who;
+    };
+    std::map<std::pair<Handle, std::uint32_t>, CachedCapability> capabilities;
+    static constexpr std::size_t max_cached_capabilities = 65536;
 
     // ---- transport ----------------------------------------------------
     void set_servers(const std::vector<std::string> &server_urls) { urls = server_urls; }
@@ -215,6 +228,7 @@ struct Client::Impl {
         // co_unlink/co_rename read `orphaned`; only they say so, so that
         // the rest still reaches a server that does not know the flag.
         r.req.knows_orphaned = r.req.op() == proto::Op::remove || r.req.op() == proto::Op::rename;
+        r.req.wants_capability = r.req.op() == proto::Op::create;
         SlotHold hold;
         take_once(r, hold);
         Rpc *p = &r;
@@ -231,6 +245,7 @@ struct Client::Impl {
             again.req.body = std::move(r.req.body);
             again.req.once = r.req.once;
             again.req.knows_orphaned = r.req.knows_orphaned;
+            again.req.wants_capability = r.req.wants_capability;
             Rpc *q = &again;
             co_await run(std::span(&q, 1));
             rc = again.result();
@@ -479,9 +494,22 @@ struct Client::Impl {
     // of a data server (each one is logged).
     Task<std::vector<int>> remove_objects(std::span<const proto::Doomed> files)
     {
+        std::vector<Handle> handles;
+        handles.reserve(files.size());
+        for (const proto::Doomed &d : files)
+            handles.push_back(d.handle);
+        std::vector<proto::Capability> caps;
+        std::vector<int> out = co_await destroy_capabilities(handles, caps);
         std::vector<Rpc> rpcs;
         std::vector<std::size_t> file_of;
         for (std::size_t f = 0; f < files.size(); ++f) {
+            if (out[f] != 0) {
+                gossip::warning(Mask::client,
+                                "data objects of {:016x} not removed: no "
+                                "capability ({})",
+                                files[f].handle, error_text(out[f]));
+                continue;
+            }
             const Layout &layout = files[f].layout;
             for (std::uint32_t slot = 0; slot < layout.stripe_count; ++slot) {
                 const std::uint32_t ds = layout::server_of_slot(layout, data_count(), slot);
@@ -490,6 +518,7 @@ struct Client::Impl {
                 Rpc &r = rpcs.emplace_back();
                 r.server = data_servers[ds];
                 r.req.body = proto::RemoveObjectRequest{files[f].handle};
+                r.req.cap = caps[f];
                 file_of.push_back(f);
             }
         }
@@ -499,7 +528,6 @@ struct Client::Impl {
             ptrs.push_back(&r);
         // A few per server at a time, as a striped read's pipeline.
         co_await run(ptrs, 16);
-        std::vector<int> out(files.size(), 0);
         for (std::size_t i = 0; i < rpcs.size(); ++i) {
             const int rc = rpcs[i].result();
             if (rc == 0)
@@ -519,6 +547,110 @@ struct Client::Impl {
         co_return rc.front();
     }
 
+    // ---- capabilities (docs/protocol.md "Capabilities") ------------------
+    [[nodiscard]] const proto::Capability *cached_capability(Handle h, std::uint32_t rights) const
+    {
+        const auto it = capabilities.find({h, rights});
+        if (it == capabilities.end() || Clock::now() >= it->second.renew_at ||
+            (options.check_data_access && !(it->second.who == engine->current.cred)))
+            return nullptr;
+        return &it->second.cap;
+    }
+    void remember_capability(const proto::Capability &cap)
+    {
+        timespec ts{};
+        ::clock_gettime(CLOCK_REALTIME, &ts);
+        const std::int64_t now_ns = std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+        const std::int64_t left_ns = cap.expires_ns - now_ns;
+        if (left_ns <= 0)
+            return;
+        if (capabilities.size() >= max_cached_capabilities)
+            capabilities.clear();
+        const CachedCapability entry{cap, Clock::now() + std::chrono::nanoseconds(left_ns * 2 / 3),
+                                     engine->current.cred};
+        // Under each right it has too: a creator's read-write one serves
+        // reads and writes.
+        capabilities[{cap.handle, cap.rights}] = entry;
+        for (const std::uint32_t right : {proto::cap_read, proto::cap_write})
+            if ((cap.rights & right) != 0)
+                capabilities[{cap.handle, right}] = entry;
+    }
+    // A capability of `rights` over h's data objects: cached, or asked of
+    // h's metadata server (naming this client's session when it holds h
+    // open, so that the open's rights stand after a chmod).
+    Task<int> capability(Handle h, std::uint32_t rights, proto::Capability &out)
+    {
+        if (const proto::Capability *c = cached_capability(h, rights)) {
+            out = *c;
+            co_return 0;
+        }
+        const std::uint64_t holder = opened.contains(h) ? client_id : 0;
+        proto::CapabilityResponse r;
+        proto::RequestBody request = proto::CapabilityRequest{h, rights, holder};
+        if (const int rc = co_await meta_call(h, std::move(request), r); rc != 0)
+            co_return rc;
+        if (r.cap.handle != h || r.cap.rights != rights)
+            co_return -EPROTO;
+        remember_capability(r.cap);
+        out = r.cap;
+        co_return 0;
+    }
+    // fsync takes a read or a write capability: one cached, else write if
+    // this client wrote the file, else read, else write.
+    Task<int> fsync_capability(Handle h, proto::Capability &out)
+    {
+        for (const std::uint32_t rights : {proto::cap_write, proto::cap_read}) {
+            if (const proto::Capability *c = cached_capability(h, rights)) {
+                out = *c;
+                co_return 0;
+            }
+        }
+        const std::uint32_t first = written.contains(h) ? proto::cap_write : proto::cap_read;
+        const int rc = co_await capability(h, first, out);
+        if (rc != -EACCES)
+            co_return rc;
+        co_return co_await capability(h, first ^ (proto::cap_read | proto::cap_write), out);
+    }
+    // Destroy capabilities for many files at once (a close's hand-out):
+    // per file 0 or why there is none.
+    Task<std::vector<int>> destroy_capabilities(std::span<const Handle> handles,
+                                                std::vector<proto::Capability> &out)
+    {
+        out.assign(handles.size(), proto::Capability{});
+        std::vector<int> result(handles.size(), 0);
+        std::vector<Rpc> rpcs(handles.size());
+        std::vector<Rpc *> ptrs;
+        for (std::size_t i = 0; i < handles.size(); ++i) {
+            if (const proto::Capability *c = cached_capability(handles[i], proto::cap_destroy)) {
+                out[i] = *c;
+                continue;
+            }
+            if (const int rc = meta_server_of(handles[i], rpcs[i].server); rc != 0) {
+                result[i] = rc;
+                continue;
+            }
+            rpcs[i].req.body = proto::CapabilityRequest{handles[i], proto::cap_destroy, 0};
+            ptrs.push_back(&rpcs[i]);
+        }
+        co_await run(ptrs, 16);
+        for (std::size_t i = 0; i < handles.size(); ++i) {
+            if (std::find(ptrs.begin(), ptrs.end(), &rpcs[i]) == ptrs.end())
+                continue;
+            if (const int rc = rpcs[i].result(); rc != 0) {
+                result[i] = rc;
+                continue;
+            }
+            const auto *r = std::get_if<proto::CapabilityResponse>(&rpcs[i].resp.body);
+            if (r == nullptr || r->cap.handle != handles[i] ||
+                r->cap.rights != proto::cap_destroy) {
+                result[i] = -EPROTO;
+                continue;
+            }
+            out[i] = r->cap;
+        }
+        co_return result;
+    }
+
     // ---- striped I/O -----------------------------------------------------
     // `known`: the file's attributes, when the caller has just fetched them.
     Task<std::int64_t> io(Handle h, std::span<const Region> regions, std::byte *memory,
@@ -530,8 +662,14 @@ struct Client::Impl {
         } else if (const int rc = co_await getattr_no_size(h, a); rc != 0) {
             co_return rc;
         }
+        proto::Capability cap;
+        if (const int rc =
+                co_await capability(h, is_write ? proto::cap_write : proto::cap_read, cap);
+            rc != 0)
+            co_return rc;
         std::vector<std::unique_ptr<Rpc>> rpcs;
-        if (const int rc = io_requests(a, regions, memory, memory_size, is_write, rpcs); rc != 0)
+        if (const int rc = io_requests(a, regions, memory, memory_size, is_write, cap, rpcs);
+            rc != 0)
             co_return rc;
         std::vector<Rpc *> ptrs;
         ptrs.reserve(rpcs.size());
@@ -556,7 +694,8 @@ struct Client::Impl {
     // The data servers' requests of a striped read or write of `regions` of
     // file `a` from or into `memory`.
     int io_requests(const Attr &a, std::span<const Region> regions, std::byte *memory,
-                    std::size_t memory_size, bool is_write, std::vector<std::unique_ptr<Rpc>> &rpcs)
+                    std::size_t memory_size, bool is_write, const proto::Capability &cap,
+                    std::vector<std::unique_ptr<Rpc>> &rpcs)
     {
         const Handle h = a.handle;
         if (a.type != ObjectType::regular)
@@ -587,6 +726,7 @@ struct Client::Impl {
             while (i < slot.regions.size()) {
                 auto r = std::make_unique<Rpc>();
                 r->server = data_servers.at(slot.server);
+                r->req.cap = cap;
                 std::vector<proto::Region> req_regions;
                 std::vector<std::pair<std::byte *, std::size_t>> segments;
                 std::uint64_t bytes = 0;

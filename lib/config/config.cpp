@@ -323,6 +323,8 @@ private:
                         "max_sessions",
                         "lease",
                         "reclaim_after",
+                        "capability_ttl",
+                        "require_capabilities",
                         "max_connections",
                         "max_connections_per_address",
                         "hello_timeout",
@@ -394,6 +396,15 @@ private:
                      fmt::format("shorter than the lease ({} ms): a record handed to a client "
                                  "is handed again only a lease later",
                                  out.lease_ms));
+        }
+        if (const Value *v = member(d, "capability_ttl")) {
+            out.capability_ttl_ms = require_duration_ms(*v, "defaults.capability_ttl");
+            // Renewed when a third is left: shorter would renew all the time.
+            if (out.capability_ttl_ms < 10'000)
+                fail(*v, "defaults.capability_ttl", "shorter than 10 s");
+        }
+        if (const Value *v = member(d, "require_capabilities")) {
+            out.require_capabilities = require_bool(*v, "defaults.require_capabilities");
         }
         if (const Value *v = member(d, "max_sessions")) {
             const std::int64_t n = require_integer(*v, "defaults.max_sessions");
@@ -867,6 +878,10 @@ std::string to_toml(const Cluster &c)
     out += fmt::format("lease = {}\n", detail::duration_toml(d.lease_ms));
     if (d.reclaim_after_ms != 0) // only when set: the hash of a cluster without it stays
         out += fmt::format("reclaim_after = {}\n", detail::duration_toml(d.reclaim_after_ms));
+    if (d.capability_ttl_ms != Defaults{}.capability_ttl_ms)
+        out += fmt::format("capability_ttl = {}\n", detail::duration_toml(d.capability_ttl_ms));
+    if (!d.require_capabilities)
+        out += "require_capabilities = false\n";
     // The connection caps only when not the defaults: the text (and hash)
     // of a cluster that leaves them stays what it was before they existed.
     const Defaults plain;

@@ -45,6 +45,23 @@ template <class Io, Is<Attr> B> void fields(Io &io, B &a)
     fields(io, a.layout);
 }
 
+template <class Io, Is<Capability> B> void fields(Io &io, B &c)
+{
+    io.num(c.handle);
+    io.num(c.rights);
+    io.num(c.fs_id);
+    io.flag(c.keyed);
+    io.num(c.key_id);
+    io.num(c.expires_ns);
+    io.tag(c.tag); // the same 16-byte array as a chunk MAC
+    if (c.handle == no_handle)
+        io.fail_if_decoding(DecodeError::bad_value, "capability for no handle");
+    if (c.rights == 0 || (c.rights & ~cap_rights) != 0)
+        io.fail_if_decoding(DecodeError::bad_value, "capability rights 0 or unknown");
+    if (!c.keyed && c.key_id != 0)
+        io.fail_if_decoding(DecodeError::bad_value, "capability key id without its flag");
+}
+
 template <class Io, Is<Region> B> void fields(Io &io, B &r)
 {
     io.num(r.offset);
@@ -348,6 +365,22 @@ template <class Io, Is<OrphanDoneRequest> B> void fields(Io &io, B &b)
     io.num(b.handle);
 }
 
+template <class Io, Is<CapabilityRequest> B> void fields(Io &io, B &b)
+{
+    io.num(b.handle);
+    io.num(b.rights);
+    io.num(b.client_id);
+    if (b.rights == 0 || (b.rights & ~cap_rights) != 0)
+        io.fail_if_decoding(DecodeError::bad_value, "capability rights 0 or unknown");
+    if ((b.rights & cap_destroy) != 0 && b.rights != cap_destroy)
+        io.fail_if_decoding(DecodeError::bad_value, "destroy asked together with other rights");
+}
+
+template <class Io, Is<CapabilityResponse> B> void fields(Io &io, B &b)
+{
+    fields(io, b.cap);
+}
+
 template <class Io, Is<ListOrphansRequest> B> void fields(Io &io, B &b)
 {
     io.num(b.cookie);
@@ -423,6 +456,7 @@ template <class Io, Is<CreateResponse> B> void fields(Io &io, B &b)
 {
     fields(io, b.attr);
     io.flag(b.created);
+    io.trailing(b.cap, [&io](auto &c) { fields(io, c); });
 }
 
 template <class Io, Is<ReadlinkResponse> B> void fields(Io &io, B &b)

@@ -112,6 +112,8 @@ static_assert(body_for<Op::orphan_done, RequestBody, OrphanDoneRequest>);
 static_assert(body_for<Op::orphan_done, ResponseBody, OrphanDoneResponse>);
 static_assert(body_for<Op::list_orphans, RequestBody, ListOrphansRequest>);
 static_assert(body_for<Op::list_orphans, ResponseBody, ListOrphansResponse>);
+static_assert(body_for<Op::capability, RequestBody, CapabilityRequest>);
+static_assert(body_for<Op::capability, ResponseBody, CapabilityResponse>);
 
 constexpr std::array<const char *, op_count> op_names = {
     "get_config",      "status",        "lookup",       "getattr",    "setattr",
@@ -122,7 +124,7 @@ constexpr std::array<const char *, op_count> op_names = {
     "xattr_list",      "xattr_remove",  "layout_get",   "layout_set", "list_handles",
     "mkdir_object",    "link_dir",      "retire_dir",   "unlink_dir", "remove_dir_object",
     "access",          "session",       "open",         "close",      "orphan_done",
-    "list_orphans"};
+    "list_orphans",    "capability"};
 
 // Parsers indexed by op - 1: each emplaces its body alternative and reads
 // its fields.
@@ -244,6 +246,23 @@ const char *op_name(Op op) noexcept
     return n >= 1 && n <= op_count ? op_names.at(n - 1) : "unknown";
 }
 
+std::uint32_t capability_needed(Op op) noexcept
+{
+    switch (op) {
+    case Op::read:
+        return cap_read;
+    case Op::write:
+    case Op::truncate_object:
+        return cap_write;
+    case Op::fsync:
+        return cap_read | cap_write;
+    case Op::remove_object:
+        return cap_destroy;
+    default:
+        return 0;
+    }
+}
+
 bool changes_metadata(Op op) noexcept
 {
     switch (op) {
@@ -316,8 +335,9 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     e.num((req.once.present() ? request_has_once : 0U) |
           (req.knows_orphaned ? request_knows_orphaned : 0U) | (req.to ? request_bound : 0U) |
           (create_opens(req.body) ? request_create_opens : 0U) |
-          (has_chunk_macs(req.body) ? request_chunk_macs : 0U) |
-          (key.id() ? request_keyed : 0U)); // flags
+          (has_chunk_macs(req.body) ? request_chunk_macs : 0U) | (key.id() ? request_keyed : 0U) |
+          (req.cap ? request_capability : 0U) |
+          (req.wants_capability ? request_wants_capability : 0U)); // flags
     e.num(req.request_id);
     e.num(req.session);
     e.num(req.seq);
@@ -334,6 +354,9 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
     }
     if (const std::optional<std::uint32_t> id = key.id()) {
         e.num(*id);
+    }
+    if (req.cap) {
+        detail::fields(e, *req.cap);
     }
     e.num(req.cred.uid);
     e.num(req.cred.gid);
@@ -427,6 +450,10 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
         d.fail(DecodeError::bad_flags, "unknown request flags", flags);
     }
     out.knows_orphaned = (flags & request_knows_orphaned) != 0;
+    out.wants_capability = (flags & request_wants_capability) != 0;
+    if (d.ok() && out.wants_capability && op != Op::create) {
+        d.fail(DecodeError::bad_flags, "wants_capability flag on another op than create", flags);
+    }
     d.num(out.request_id);
     d.num(out.session);
     d.num(out.seq);
@@ -460,6 +487,15 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
         }
     } else if (d.ok() && key.id()) {
         d.fail(DecodeError::bad_mac, "request without a key id checked with a client key");
+    }
+    out.cap.reset();
+    if ((flags & request_capability) != 0) {
+        if (d.ok() && capability_needed(op) == 0) {
+            d.fail(DecodeError::bad_flags, "capability flag on an op that takes none", flags);
+        }
+        Capability cap;
+        detail::fields(d, cap);
+        out.cap = cap;
     }
     d.num(out.cred.uid);
     d.num(out.cred.gid);

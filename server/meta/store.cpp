@@ -566,6 +566,13 @@ int Store::access(const Credentials &cred, Handle handle, unsigned mask) const
     return mask == 0 ? 0 : perm::may_access(cred, attr, mask);
 }
 
+int Store::handle_gone(Handle handle) const
+{
+    if (!impl_)
+        return -EBADF;
+    return impl_->read([&](ops::Tx &tx) { return ops::handle_gone(tx, handle); });
+}
+
 int Store::statfs(Stats &out) const
 {
     if (!impl_)

@@ -196,6 +196,7 @@ ATF_TEST_CASE_BODY(injected_chunk_refused)
     FlipProxy proxy(server.port);
     RawClient victim(proxy.url(), dc.files.key_path);
     victim.to = dc.client.to;
+    victim.cap_fs_id = dc.client.cap_fs_id;
     require_status(victim.call(proto::StatusRequest{}), 0, "status through the relay");
     // 40000 bytes on: inside the first chunk's 64 KiB (the request and the
     // frame headers before it take a few hundred).

@@ -199,7 +199,7 @@ ATF_TEST_CASE_BODY(bad_requests)
     DataCluster dc;
     require_status(dc.client.call(proto::WriteRequest{
                        no_handle, {{0, 1}}, chunk, 0, test::pattern(1, 1), {}, {}}),
-                   EINVAL, "handle 0");
+                   EACCES, "handle 0 (no capability can name it)");
     require_status(
         dc.client.call(proto::ReadRequest{make_handle(0, 5), {{0, 100000}}, 1000, 0, {}, {}}),
         EINVAL, "chunk below the minimum");

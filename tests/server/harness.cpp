@@ -384,6 +384,7 @@ RawClient::RawClient(const ClusterFiles &files, const std::string &name)
     to = proto::Destination{
         files.cluster.fs_id,
         static_cast<std::uint32_t>(&server_named(files, name) - files.cluster.servers.data())};
+    cap_fs_id = files.cluster.fs_id;
 }
 
 proto::Request RawClient::make_request(proto::RequestBody body)
@@ -397,6 +398,30 @@ proto::Request RawClient::make_request(proto::RequestBody body)
     r.once = once;
     r.to = to;
     r.body = std::move(body);
+    if (const std::uint32_t rights = proto::capability_needed(r.op());
+        rights != 0 && capabilities) {
+        proto::Capability c;
+        c.handle = std::visit(
+            [](const auto &b) -> Handle {
+                if constexpr (requires { b.handle; })
+                    return b.handle;
+                else
+                    return no_handle;
+            },
+            r.body);
+        c.rights = rights;
+        c.fs_id = cap_fs_id;
+        if (const std::optional<std::uint32_t> id = key_.id()) {
+            c.keyed = true;
+            c.key_id = *id;
+        }
+        c.expires_ns = realtime_ns() + std::int64_t{300} * 1'000'000'000;
+        proto::sign_capability(proto::capability_key(key_), c);
+        if (cap_hook)
+            cap_hook(c);
+        if (c.handle != no_handle)
+            r.cap = c;
+    }
     return r;
 }
 

@@ -210,6 +210,16 @@ public:
     // Called with the tags before the request is encoded.
     std::function<void(std::vector<proto::ChunkMac> &)> tags_hook;
 
+    // Capabilities (docs/protocol.md "Capabilities"): a data request gets
+    // one for its handle and the rights its op needs, as a metadata server
+    // would sign it, under the capability key of this client's key (right
+    // when that is the cluster key, as the harness's usually is) for
+    // cap_fs_id (the cluster's, when made from ClusterFiles).  Tests that
+    // play an attacker turn them off or change them:
+    bool capabilities = true;
+    std::uint32_t cap_fs_id = 0;
+    std::function<void(proto::Capability &)> cap_hook; // after signing
+
 private:
     proto::Request make_request(proto::RequestBody body);
     // The session key of the connection to the server, connecting first

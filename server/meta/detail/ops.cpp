@@ -598,6 +598,23 @@ int getattr(Tx &tx, Handle handle, Attr &out)
     return 0;
 }
 
+int handle_gone(Tx &tx, Handle handle)
+{
+    if (handle == no_handle || handle_server(handle) != tx.server)
+        return -EXDEV;
+    std::uint64_t next_id = 0;
+    if (const int rc = get_counter(tx, records::key_next_id, next_id); rc != 0)
+        return rc == -ENOENT ? -EIO : rc;
+    // Not issued yet: a capability to destroy it would outlive its create.
+    if (handle_id(handle) >= next_id)
+        return -ESTALE;
+    Inode inode;
+    const int rc = load(tx, handle, inode);
+    if (rc == 0)
+        return -EEXIST;
+    return rc == -ENOENT ? 0 : rc;
+}
+
 int readlink(Tx &tx, Handle handle, std::string &target)
 {
     Inode inode;

@@ -82,6 +82,9 @@ struct Tx {
 [[nodiscard]] int lookup(Tx &tx, const Credentials &cred, Handle parent, std::string_view name,
                          Attr &out);
 [[nodiscard]] int getattr(Tx &tx, Handle handle, Attr &out);
+// 0 when `handle` was issued by this server and names no inode any more;
+// -EEXIST while it does, -ESTALE when not issued yet, -EXDEV for another's.
+[[nodiscard]] int handle_gone(Tx &tx, Handle handle);
 [[nodiscard]] int readlink(Tx &tx, Handle handle, std::string &target);
 [[nodiscard]] int readdir(Tx &tx, const Credentials &cred, Handle dir, std::uint64_t cookie,
                           std::uint32_t max_entries, DirPage &out);

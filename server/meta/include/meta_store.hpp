@@ -365,6 +365,11 @@ public:
     // perm::may_read, may_write, may_exec; 0: it exists), else -EACCES or
     // -ENOENT.
     [[nodiscard]] int access(const Credentials &cred, Handle handle, unsigned mask) const;
+    // 0 when this server issued `handle` and no file has it any more
+    // (unlinked and not held open): its data objects are garbage.
+    // -EEXIST while a file has it, -ESTALE before it is issued, -EXDEV
+    // for another server's handle.
+    [[nodiscard]] int handle_gone(Handle handle) const;
     [[nodiscard]] int statfs(Stats &out) const;
     // Every handle of the store in order, a page at a time (for fsck);
     // cookie 0 to start.

@@ -319,7 +319,9 @@ ATF_TEST_CASE_BODY(op_numbers_and_names)
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::close)), "close");
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::orphan_done)), "orphan_done");
     ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::list_orphans)), "list_orphans");
-    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(42))), "unknown");
+    ATF_REQUIRE_EQ(static_cast<int>(proto::Op::capability), 42);
+    ATF_REQUIRE_EQ(std::string(proto::op_name(proto::Op::capability)), "capability");
+    ATF_REQUIRE_EQ(std::string(proto::op_name(static_cast<proto::Op>(43))), "unknown");
     const proto::Request req = samples::request(proto::TruncateObjectRequest{});
     ATF_REQUIRE(req.op() == proto::Op::truncate_object);
     // The op is on the wire at bytes 6..7.
@@ -511,7 +513,9 @@ ATF_TEST_CASE_BODY(destination)
         const auto cut = static_cast<std::ptrdiff_t>(to_at);
         std::vector<std::byte> stripped(bound.begin(), bound.begin() + cut);
         stripped.insert(stripped.end(), bound.begin() + cut + 8, bound.end());
-        put_u32(stripped, request_flags_at, with_once ? proto::request_has_once : 0U);
+        put_u32(stripped, request_flags_at,
+                (with_once ? proto::request_has_once : 0U) |
+                    (req.cap ? proto::request_capability : 0U));
         require_error(decode_request(stripped), DecodeError::bad_mac, "destination stripped");
     }
 }
@@ -700,6 +704,66 @@ ATF_TEST_CASE_BODY(create_open_field)
     ATF_REQUIRE(proto::body_digest(body, scratch) != proto::body_digest(bare, scratch));
 }
 
+// A capability rides in the envelope of the data ops only, under the
+// request's MAC; its tag is the capability key's, over every field.
+ATF_TEST_CASE_WITHOUT_HEAD(capability_field);
+ATF_TEST_CASE_BODY(capability_field)
+{
+    const auto key = samples::test_key();
+    const proto::CapabilityKey ck = proto::capability_key(key);
+    proto::Request req = samples::request(
+        proto::ReadRequest{.handle = 9, .regions = {{0, 4096}}, .chunk_size = 1U << 16U});
+    ATF_REQUIRE(req.cap.has_value());
+    req.cap = samples::capability(9, proto::cap_read);
+    ATF_REQUIRE(proto::capability_signed(ck, *req.cap));
+    const auto with = encoded(req, key);
+    ATF_REQUIRE((static_cast<unsigned>(with.at(request_flags_at)) & proto::request_capability) !=
+                0);
+    proto::Request back;
+    ATF_REQUIRE(proto::decode(with, key, back));
+    ATF_REQUIRE(back == req);
+    ATF_REQUIRE(back.cap && proto::capability_signed(ck, *back.cap));
+    // Every field is under the tag.
+    for (int field = 0; field < 6; ++field) {
+        proto::Capability c = *req.cap;
+        switch (field) {
+        case 0:
+            c.handle ^= 1;
+            break;
+        case 1:
+            c.rights ^= proto::cap_write;
+            break;
+        case 2:
+            c.fs_id ^= 1;
+            break;
+        case 3:
+            c.keyed = true;
+            c.key_id = 1;
+            break;
+        case 4:
+            c.key_id = 5;
+            break;
+        default:
+            c.expires_ns += 1;
+            break;
+        }
+        ATF_REQUIRE(!proto::capability_signed(ck, c));
+    }
+    // Another cluster's key signs other tags.
+    ATF_REQUIRE(!proto::capability_signed(proto::capability_key(samples::other_key()), *req.cap));
+    // Only data ops take one.
+    proto::Request lookup = samples::request(proto::LookupRequest{.parent = 1, .name = "a"});
+    lookup.cap = req.cap;
+    require_error(decode_request(encoded(lookup, key)), DecodeError::bad_flags,
+                  "capability on lookup");
+    // Rights 0 or unknown are refused.
+    for (const std::uint32_t rights : {0U, 8U}) {
+        proto::Request bad = req;
+        bad.cap->rights = rights;
+        require_error(decode_request(encoded(bad, key)), DecodeError::bad_value, "bad rights");
+    }
+}
+
 // Chunk MACs travel at the end of a read's or write's body, with the
 // envelope flag that says so; the two must agree, and the list is bounded.
 ATF_TEST_CASE_WITHOUT_HEAD(chunk_macs_field);
@@ -709,6 +773,7 @@ ATF_TEST_CASE_BODY(chunk_macs_field)
     proto::WriteRequest body{.handle = 7, .regions = {{0, 3U << 16U}}, .chunk_size = 1U << 16U};
     proto::Request req = samples::request(body);
     req.once = {};
+    req.cap.reset();
     const auto plain = encoded(req, key);
     proto::ChunkMac t{};
     t.fill(std::byte{0xAB});
@@ -1416,6 +1481,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, orphaned_field);
     ATF_ADD_TEST_CASE(tcs, create_open_field);
     ATF_ADD_TEST_CASE(tcs, chunk_macs_field);
+    ATF_ADD_TEST_CASE(tcs, capability_field);
     ATF_ADD_TEST_CASE(tcs, open_close_values);
     ATF_ADD_TEST_CASE(tcs, once_ids);
     ATF_ADD_TEST_CASE(tcs, destination);

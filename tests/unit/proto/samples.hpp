@@ -97,6 +97,20 @@ inline std::vector<proto::Region> regions(std::size_t n)
     return r;
 }
 
+// A capability as a metadata server would sign it (under test_key()).
+inline proto::Capability capability(pvfs::Handle h, std::uint32_t rights)
+{
+    proto::Capability c{.handle = h,
+                        .rights = rights,
+                        .fs_id = 0xF5F5F5F5,
+                        .keyed = false,
+                        .key_id = 0,
+                        .expires_ns = 1'763'800'300'123'456'789,
+                        .tag = {}};
+    proto::sign_capability(proto::capability_key(test_key()), c);
+    return c;
+}
+
 inline std::vector<proto::RequestBody> request_bodies()
 {
     using namespace pvfs::proto;
@@ -184,6 +198,9 @@ inline std::vector<proto::RequestBody> request_bodies()
                      .refs = {{.handle = h, .gen = 41}, {.handle = d, .gen = 1}}},
         OrphanDoneRequest{.handle = h},
         ListOrphansRequest{.cookie = 5, .max = 100},
+        CapabilityRequest{.handle = pvfs::make_handle(0, 14),
+                          .rights = cap_read | cap_write,
+                          .client_id = 0x5EED},
     };
 }
 
@@ -214,7 +231,9 @@ inline std::vector<proto::ResponseBody> response_bodies()
         LookupResponse{.attr = attr(1)},
         GetattrResponse{.attr = attr(2)},
         SetattrResponse{.attr = attr(3)},
-        CreateResponse{.attr = attr(4), .created = true},
+        CreateResponse{.attr = attr(4),
+                       .created = true,
+                       .cap = capability(attr(4).handle, cap_read | cap_write)},
         MkdirResponse{.attr = attr(5)},
         MknodResponse{.attr = attr(6)},
         SymlinkResponse{.attr = attr(7)},
@@ -273,11 +292,27 @@ inline std::vector<proto::ResponseBody> response_bodies()
                                          .layout = {1U << 20U, 1, 0}}},
                             .next_cookie = pvfs::make_handle(0, 13),
                             .eof = true},
+        CapabilityResponse{.cap = capability(pvfs::make_handle(0, 14), cap_write)},
     };
 }
 
 inline proto::Request request(proto::RequestBody body, std::uint64_t n = 1)
 {
+    const auto op = static_cast<proto::Op>(body.index() + 1);
+    // Data requests carry a capability for their handle.
+    std::optional<proto::Capability> cap;
+    if (const std::uint32_t rights = proto::capability_needed(op); rights != 0) {
+        const pvfs::Handle h = std::visit(
+            [](const auto &b) -> pvfs::Handle {
+                if constexpr (requires { b.handle; })
+                    return b.handle;
+                else
+                    return pvfs::no_handle;
+            },
+            body);
+        cap = capability(h,
+                         rights == (proto::cap_read | proto::cap_write) ? proto::cap_read : rights);
+    }
     return {.request_id = 0x1111222233334444 + n,
             .session = 0xABCDEF0123456789,
             .seq = 1000 + n,
@@ -293,6 +328,7 @@ inline proto::Request request(proto::RequestBody body, std::uint64_t n = 1)
                       ? std::optional<proto::Destination>(proto::Destination{
                             .fs_id = 0xF5F5F5F5, .server_index = static_cast<std::uint32_t>(n)})
                       : std::nullopt,
+            .cap = cap,
             .cred = credentials(),
             .body = std::move(body)};
 }
