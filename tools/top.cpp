@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -61,20 +62,24 @@ struct Rate {
         if (count == 0)
             return -1;
         const double rank = q * static_cast<double>(count);
+        // Bucket i holds answers of (2^(i-1), 2^i] us; bucket 0 [0, 1].
+        const auto lower = [](std::size_t i) {
+            return i == 0 ? 0.0 : std::ldexp(1.0, static_cast<int>(i) - 1);
+        };
         std::uint64_t below = 0;
         for (std::size_t i = 0; i < buckets.size(); ++i) {
             const std::uint64_t n = buckets[i];
             if (n > 0 && static_cast<double>(below + n) >= rank) {
                 if (i + 1 == buckets.size())
-                    return static_cast<double>(std::uint64_t{1} << (i - 1));
-                const double lo = i == 0 ? 0.0 : static_cast<double>(std::uint64_t{1} << (i - 1));
-                const double hi = static_cast<double>(std::uint64_t{1} << i);
+                    return lower(i);
+                const double lo = lower(i);
+                const double hi = std::ldexp(1.0, static_cast<int>(i));
                 return lo +
                        (hi - lo) * (rank - static_cast<double>(below)) / static_cast<double>(n);
             }
             below += n;
         }
-        return static_cast<double>(std::uint64_t{1} << (buckets.size() - 2));
+        return lower(buckets.size() - 1);
     }
     [[nodiscard]] double mean_us() const
     {
@@ -183,7 +188,7 @@ std::string latency_text(double us)
 
 std::string rate_bytes(double b)
 {
-    return tools::human_bytes(static_cast<std::uint64_t>(b + 0.5));
+    return tools::human_bytes(static_cast<std::uint64_t>(std::llround(b)));
 }
 
 double ms_or_zero(double us)
@@ -318,7 +323,7 @@ bool parse_interval(const std::string &text, std::chrono::milliseconds &out)
         const double s = std::strtod(text.c_str(), &end);
         if (end == nullptr || *end != '\0' || !(s > 0) || s > 86400)
             return false;
-        out = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000 + 0.5));
+        out = std::chrono::milliseconds(std::llround(s * 1000));
     } else {
         const config::Quantity q = config::parse_duration_ms(text);
         if (!q.ok() || q.value == 0 || q.value > 86'400'000)
