@@ -333,7 +333,7 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
             return nullptr;
         }
     }
-    if (!metrics_file.empty() && !server->start_metrics(metrics_file, metrics_interval, error))
+    if (!server->start_metrics(metrics_file, metrics_interval, error))
         return nullptr;
     return server;
 }
@@ -378,8 +378,9 @@ bool Server::start_metrics(const std::string &path, std::chrono::milliseconds in
         return false;
     }
     metrics_ = std::move(m);
-    gossip::info(Mask::server, "{}: metrics to {} every {} ms", self_.name, metrics_->path(),
-                 interval.count());
+    if (!path.empty())
+        gossip::info(Mask::server, "{}: metrics to {} every {} ms", self_.name, metrics_->path(),
+                     interval.count());
     return true;
 }
 
@@ -536,9 +537,11 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
     case proto::Op::get_config:
         respond(origin, proto::GetConfigResponse{config_text_, self_index_});
         return;
-    case proto::Op::status:
-        respond(origin, status());
+    case proto::Op::status: {
+        const auto *asked = std::get_if<proto::StatusRequest>(&request_.body);
+        respond(origin, status(asked != nullptr && asked->counters.has_value()));
         return;
+    }
     case proto::Op::statfs:
         respond(origin, statfs());
         return;
@@ -736,7 +739,7 @@ void Server::reload_keys(const char *why)
     }
 }
 
-proto::StatusResponse Server::status() const
+proto::StatusResponse Server::status(bool counters) const
 {
     proto::StatusResponse s;
     s.server_name = self_.name;
@@ -749,6 +752,18 @@ proto::StatusResponse Server::status() const
     if (data_) {
         s.bulk_message_bytes = data_->message_bytes();
         s.bulk_rdma_bytes = data_->rdma_bytes();
+    }
+    if (counters && metrics_) {
+        proto::ServerCounters &c = s.counters.emplace();
+        metrics_->counters(c);
+        c.replies_in_flight = replies_in_flight_.size();
+        c.connections = bmi_->get_info(bmi::Info::open_connections);
+        if (data_)
+            c.data_active = data_->active();
+        if (meta_) {
+            c.meta_pending = meta_->active();
+            c.meta_commits = meta_->commits();
+        }
     }
     return s;
 }

@@ -104,10 +104,11 @@ private:
     bool capability_allows(const Origin &origin);
     void send(const Origin &origin, proto::Response &response);
     void reply_done(Reply &reply, const bmi::Completion &done);
-    [[nodiscard]] proto::StatusResponse status() const;
+    // With the counters (pvfs-top) when `counters`.
+    [[nodiscard]] proto::StatusResponse status(bool counters = false) const;
     [[nodiscard]] proto::StatfsResponse statfs() const;
     [[nodiscard]] bool busy() const noexcept;
-    // Starts keeping metrics, written to `path` every `interval`: the
+    // Starts keeping metrics, written to `path` (if not empty) every `interval`: the
     // first write happens here, so that a file that cannot be written
     // stops the server at start.  False with `error` set when it cannot.
     bool start_metrics(const std::string &path, std::chrono::milliseconds interval,
@@ -147,7 +148,7 @@ private:
     std::unordered_map<Reply *, std::unique_ptr<Reply>> replies_in_flight_;
     std::vector<std::unique_ptr<Reply>> free_replies_;
     // Last: its gauges read the members above, and it goes first.
-    std::unique_ptr<ServerMetrics> metrics_; // null: no metrics kept
+    std::unique_ptr<ServerMetrics> metrics_; // null only before start_metrics
 };
 
 } // namespace pvfs::server

@@ -20,6 +20,9 @@
 
 namespace pvfs::server {
 
+static_assert(metrics::Histogram::finite_buckets + 1 == proto::max_latency_buckets);
+static_assert(proto::op_count + 1 <= proto::max_counter_ops);
+
 ServerMetrics::ServerMetrics(const config::Server &self, std::string path,
                              std::chrono::milliseconds interval)
     : server_(self.name), file_(registry_, std::move(path), interval)
@@ -89,6 +92,28 @@ void ServerMetrics::answered(proto::Op op, int status, std::uint64_t arrived_ns)
 {
     const std::uint64_t now = now_ns();
     per_op(op).answered(now > arrived_ns ? now - arrived_ns : 0, status);
+}
+
+void ServerMetrics::counters(proto::ServerCounters &out) const
+{
+    out.version = proto::counters_version;
+    out.ops.clear();
+    for (std::size_t i = 1; i < ops_.size() && out.ops.size() < proto::max_counter_ops; ++i) {
+        if (!ops_[i])
+            continue;
+        const metrics::Histogram::Snapshot snap = ops_[i]->latency().snapshot();
+        proto::OpCounters &o = out.ops.emplace_back();
+        o.op = static_cast<std::uint16_t>(i);
+        o.requests = ops_[i]->requests();
+        o.errors = std::min(ops_[i]->errors(), o.requests);
+        o.latency_ns = snap.sum_ns;
+        o.buckets.assign(snap.buckets.begin(), snap.buckets.end());
+    }
+    out.read_bytes = bytes_read_ != nullptr ? bytes_read_->value() : 0;
+    out.write_bytes = bytes_written_ != nullptr ? bytes_written_->value() : 0;
+    out.dropped = 0;
+    for (const metrics::Counter *c : dropped_)
+        out.dropped += c->value();
 }
 
 bool resolve_metrics_options(const config::Server &self, const std::string &cli_file,

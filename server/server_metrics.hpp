@@ -5,9 +5,9 @@
 // several servers on one host can sit in one node_exporter textfile
 // directory.
 //
-// Kept only when a metrics file is configured ([[server]] metrics_file or
-// --metrics-file): the Server holds none otherwise, and requests are not
-// even timed.  The file is rewritten by the event loop every interval
+// Always kept (a status request may ask for them: pvfs-top); written to a
+// file only when one is configured ([[server]] metrics_file or
+// --metrics-file).  The file is rewritten by the event loop every interval
 // (tick) and removed when the server stops cleanly.
 #ifndef PVFS_SERVER_SERVER_METRICS_HPP
 #define PVFS_SERVER_SERVER_METRICS_HPP
@@ -40,6 +40,7 @@ public:
     ServerMetrics(ServerMetrics &&) = delete;
     ServerMetrics &operator=(ServerMetrics &&) = delete;
 
+    // `path` empty: no file.
     // CLOCK_MONOTONIC in nanoseconds: when a request arrived (never 0).
     [[nodiscard]] static std::uint64_t now_ns() noexcept { return metrics::monotonic_ns(); }
 
@@ -64,6 +65,10 @@ public:
     void tick(std::chrono::steady_clock::time_point now) { file_.tick(now); }
 
     [[nodiscard]] const std::string &path() const noexcept { return file_.path(); }
+
+    // The per-op counters, bytes and drops into `out` (the caller adds the
+    // gauges it reads itself).
+    void counters(proto::ServerCounters &out) const;
 
 private:
     metrics::OpSeries &per_op(proto::Op op);

@@ -36,12 +36,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "pvfs/config.hpp"
+#include "pvfs/counters.hpp"
 #include "pvfs/task.hpp"
 #include "pvfs/types.hpp"
 
@@ -250,6 +252,8 @@ struct ServerInfo {
     // clients' memory (reads and writes together, since it started).
     std::uint64_t bulk_message_bytes = 0;
     std::uint64_t bulk_rdma_bytes = 0;
+    // Its counters (pvfs-top), when status_all was asked for them.
+    std::optional<ServerCounters> counters;
 };
 
 // One server's answer to a status request.
@@ -540,9 +544,12 @@ public:
     int remove_orphan_dir(Handle handle);
     Task<int> co_remove_orphan_dir(Handle handle);
 
-    // Asks every server for its status and statfs, all at once.
-    std::vector<ServerStatus> status_all();
-    Task<std::vector<ServerStatus>> co_status_all();
+    // Asks every server for its status and statfs, all at once.  With
+    // `counters`, for its status with its counters and no statfs (the
+    // statfs fields stay 0); a server older than the counters does not
+    // answer (its error is then a timeout).
+    std::vector<ServerStatus> status_all(bool counters = false);
+    Task<std::vector<ServerStatus>> co_status_all(bool counters = false);
 
     // Drops every cached attribute and name.
     void forget_cache();

@@ -170,6 +170,11 @@ public:
     // or a positive errno).
     void answered(std::uint64_t ns, int error);
 
+    // What is counted so far (read by the thread that answers).
+    [[nodiscard]] std::uint64_t requests() const noexcept { return requests_.value(); }
+    [[nodiscard]] std::uint64_t errors() const noexcept;
+    [[nodiscard]] const Histogram &latency() const noexcept { return latency_; }
+
 private:
     static constexpr std::size_t max_errno = 134; // larger ones share "other"
     Registry &registry_;
@@ -181,7 +186,9 @@ private:
 };
 
 // A registry's file, rewritten every interval (write_file_atomically) and
-// removed when this goes, if it ever wrote it.
+// removed when this goes, if it ever wrote it.  With an empty path there is
+// no file: write and tick do nothing (the metrics are kept for other
+// readers, such as a server's status answer).
 class MetricsFile {
 public:
     MetricsFile(const Registry &registry, std::string path, std::chrono::milliseconds interval);

@@ -34,6 +34,7 @@
 #include <variant>
 #include <vector>
 
+#include "pvfs/counters.hpp"
 #include "pvfs/types.hpp"
 
 namespace pvfs::proto {
@@ -68,6 +69,10 @@ inline constexpr std::size_t max_object_sizes = 1024;  // handles in one object_
 inline constexpr std::size_t max_list_handles = 16384; // handles in one list reply
 inline constexpr std::size_t max_xattr_names = 4096;   // names in one xattr_list reply
 inline constexpr std::size_t max_server_text = 255;    // status: server name, version
+// status counters (pvfs/counters.hpp): ops listed, latency buckets per op
+inline constexpr std::size_t max_counter_ops = pvfs::max_counter_ops;
+inline constexpr std::size_t max_latency_buckets = pvfs::max_latency_buckets;
+inline constexpr std::uint16_t counters_version = pvfs::counters_version;
 inline constexpr std::size_t max_close_handles = 1024; // handles in one close (either way)
 inline constexpr std::size_t max_list_orphans = 4096;  // entries in one list_orphans reply
 // Above every valid message (the largest is a get_config reply).
@@ -242,7 +247,11 @@ struct Capability {
 struct GetConfigRequest {
     friend bool operator==(const GetConfigRequest &, const GetConfigRequest &) = default;
 };
+// Trailing (absent from older clients): the newest counters_version the
+// client reads; the server then appends its counters (StatusResponse).  A
+// server older than the counters refuses the request as undecodable.
 struct StatusRequest {
+    std::optional<std::uint16_t> counters;
     friend bool operator==(const StatusRequest &, const StatusRequest &) = default;
 };
 struct LookupRequest {
@@ -570,6 +579,8 @@ struct GetConfigResponse {
     std::uint32_t server_index = 0;
     friend bool operator==(const GetConfigResponse &, const GetConfigResponse &) = default;
 };
+using OpCounters = pvfs::OpCounters; // pvfs/counters.hpp
+using ServerCounters = pvfs::ServerCounters;
 struct StatusResponse {
     std::string server_name;
     std::string version;
@@ -580,6 +591,8 @@ struct StatusResponse {
     // of the clients' memory (reads and writes together, since start).
     std::uint64_t bulk_message_bytes = 0;
     std::uint64_t bulk_rdma_bytes = 0;
+    // Trailing: only in the answer to a request that asked for them.
+    std::optional<ServerCounters> counters;
     friend bool operator==(const StatusResponse &, const StatusResponse &) = default;
 };
 struct LookupResponse {

@@ -343,34 +343,42 @@ Task<int> Client::co_remove_object(std::uint32_t data_index, Handle handle)
     co_return rpc.result();
 }
 
-Task<std::vector<ServerStatus>> Client::co_status_all()
+Task<std::vector<ServerStatus>> Client::co_status_all(bool counters)
 {
     Impl &m = *impl_;
     const std::size_t n = m.cluster.servers.size();
-    std::vector<Rpc> rpcs(2 * n);
+    // With counters, only the status (pvfs-top polls: no statfs to count).
+    const std::size_t per = counters ? 1 : 2;
+    std::vector<Rpc> rpcs(per * n);
     std::vector<Rpc *> ptrs;
     for (std::size_t i = 0; i < n; ++i) {
-        rpcs[2 * i].server = i;
-        rpcs[2 * i].req.body = proto::StatusRequest{};
-        rpcs[2 * i + 1].server = i;
-        rpcs[2 * i + 1].req.body = proto::StatfsRequest{};
-        ptrs.push_back(&rpcs[2 * i]);
-        ptrs.push_back(&rpcs[2 * i + 1]);
+        rpcs[per * i].server = i;
+        rpcs[per * i].req.body = proto::StatusRequest{
+            .counters =
+                counters ? std::optional<std::uint16_t>(proto::counters_version) : std::nullopt};
+        ptrs.push_back(&rpcs[per * i]);
+        if (!counters) {
+            rpcs[per * i + 1].server = i;
+            rpcs[per * i + 1].req.body = proto::StatfsRequest{};
+            ptrs.push_back(&rpcs[per * i + 1]);
+        }
     }
     co_await m.run(ptrs);
     std::vector<ServerStatus> out(n);
+    const proto::StatfsResponse no_statfs;
     for (std::size_t i = 0; i < n; ++i) {
         ServerStatus &s = out[i];
         s.name = m.cluster.servers[i].name;
         s.address = m.urls[i];
-        const Rpc &st = rpcs[2 * i];
-        const Rpc &fs = rpcs[2 * i + 1];
-        s.error = st.result() != 0 ? st.result() : fs.result();
+        const Rpc &st = rpcs[per * i];
+        const Rpc *fs = counters ? nullptr : &rpcs[per * i + 1];
+        s.error = st.result() != 0 ? st.result() : fs != nullptr ? fs->result() : 0;
         if (s.error != 0)
             continue;
         const auto *status = std::get_if<proto::StatusResponse>(&st.resp.body);
-        const auto *statfs = std::get_if<proto::StatfsResponse>(&fs.resp.body);
-        if (status == nullptr || statfs == nullptr) {
+        const auto *statfs =
+            fs != nullptr ? std::get_if<proto::StatfsResponse>(&fs->resp.body) : &no_statfs;
+        if (status == nullptr || statfs == nullptr || (counters && !status->counters)) {
             s.error = -EPROTO;
             continue;
         }
@@ -380,7 +388,8 @@ Task<std::vector<ServerStatus>> Client::co_status_all()
                     .roles = status->roles,
                     .uptime_ns = status->uptime_ns,
                     .bulk_message_bytes = status->bulk_message_bytes,
-                    .bulk_rdma_bytes = status->bulk_rdma_bytes};
+                    .bulk_rdma_bytes = status->bulk_rdma_bytes,
+                    .counters = status->counters};
         s.round_trip = st.ended - st.started;
         s.total_bytes = statfs->total_bytes;
         s.free_bytes = statfs->free_bytes;

@@ -183,9 +183,9 @@ int Client::remove_object(std::uint32_t data_index, Handle handle)
     return impl_->engine->wait(co_remove_object(data_index, handle));
 }
 
-std::vector<ServerStatus> Client::status_all()
+std::vector<ServerStatus> Client::status_all(bool counters)
 {
-    return impl_->engine->wait(co_status_all());
+    return impl_->engine->wait(co_status_all(counters));
 }
 
 } // namespace pvfs::client

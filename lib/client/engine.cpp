@@ -74,6 +74,9 @@ std::size_t response_capacity(const proto::RequestBody &body)
         return proto::max_list_orphans * (8 + 1 + 8 + 12) + 4096;
     if (std::holds_alternative<proto::CloseRequest>(body))
         return proto::max_close_handles * (8 + 12) + 4096;
+    // op, three counts and the buckets per op (proto::OpCounters)
+    if (const auto *s = std::get_if<proto::StatusRequest>(&body); s != nullptr && s->counters)
+        return proto::max_counter_ops * (30 + proto::max_latency_buckets * 8) + 4096;
     return small_response;
 }
 

@@ -406,6 +406,16 @@ void OpSeries::answered(std::uint64_t ns, int error)
     errors_[e]->add();
 }
 
+std::uint64_t OpSeries::errors() const noexcept
+{
+    std::uint64_t n = 0;
+    for (const Counter *c : errors_) {
+        if (c != nullptr)
+            n += c->value();
+    }
+    return n;
+}
+
 MetricsFile::MetricsFile(const Registry &registry, std::string path,
                          std::chrono::milliseconds interval)
     : registry_(registry), path_(std::move(path)), interval_(interval)
@@ -420,6 +430,8 @@ MetricsFile::~MetricsFile()
 
 int MetricsFile::write(std::string &error)
 {
+    if (path_.empty())
+        return 0;
     const int rc = write_file_atomically(path_, registry_.render(), error);
     written_ = written_ || rc == 0;
     return rc;
@@ -427,7 +439,7 @@ int MetricsFile::write(std::string &error)
 
 void MetricsFile::tick(std::chrono::steady_clock::time_point now)
 {
-    if (now < next_write_)
+    if (path_.empty() || now < next_write_)
         return;
     next_write_ = now + interval_;
     std::string error;

@@ -432,6 +432,47 @@ template <class Io, Is<GetConfigResponse> B> void fields(Io &io, B &b)
     io.num(b.server_index);
 }
 
+template <class Io, Is<StatusRequest> B> void fields(Io &io, B &b)
+{
+    io.trailing(b.counters, [&io](auto &v) {
+        io.num(v);
+        if (v == 0)
+            io.fail_if_decoding(DecodeError::bad_value, "counters version 0");
+    });
+}
+
+template <class Io, Is<OpCounters> B> void fields(Io &io, B &b)
+{
+    io.num(b.op);
+    if (b.op == 0)
+        io.fail_if_decoding(DecodeError::bad_value, "counters of op 0");
+    io.num(b.requests);
+    io.num(b.errors);
+    if (b.errors > b.requests)
+        io.fail_if_decoding(DecodeError::bad_value, "more errors than requests");
+    io.num(b.latency_ns);
+    io.list(b.buckets, max_latency_buckets, 8, "more than 28 latency buckets",
+            [&io](auto &n) { io.num(n); });
+}
+
+template <class Io, Is<ServerCounters> B> void fields(Io &io, B &b)
+{
+    io.num(b.version);
+    // Version 1 is the only one; a later one adds fields after these.
+    if (b.version != counters_version)
+        io.fail_if_decoding(DecodeError::bad_value, "unknown counters version");
+    io.list(b.ops, max_counter_ops, 30, "counters of more than 64 ops",
+            [&io](auto &o) { fields(io, o); });
+    io.num(b.read_bytes);
+    io.num(b.write_bytes);
+    io.num(b.dropped);
+    io.num(b.data_active);
+    io.num(b.meta_pending);
+    io.num(b.meta_commits);
+    io.num(b.replies_in_flight);
+    io.num(b.connections);
+}
+
 template <class Io, Is<StatusResponse> B> void fields(Io &io, B &b)
 {
     io.text(b.server_name, max_server_text, "server name longer than 255 bytes");
@@ -441,6 +482,7 @@ template <class Io, Is<StatusResponse> B> void fields(Io &io, B &b)
     io.num(b.uptime_ns);
     io.num(b.bulk_message_bytes);
     io.num(b.bulk_rdma_bytes);
+    io.trailing(b.counters, [&io](auto &c) { fields(io, c); });
 }
 
 template <class Io, class B>

@@ -114,6 +114,24 @@ bool wait_for(const std::function<bool()> &done, std::chrono::seconds limit,
     return done();
 }
 
+// How many of `files` have an object on data server `data_index`.
+std::size_t objects_of(client::Client &c, std::uint32_t data_index,
+                       const std::vector<Handle> &files)
+{
+    std::size_t n = 0;
+    std::uint64_t cookie = 0;
+    for (;;) {
+        client::HandlePage page;
+        require_rc(c.list_objects(data_index, cookie, 1024, page), 0, "list_objects");
+        n += static_cast<std::size_t>(std::ranges::count_if(page.handles, [&](Handle h) {
+            return std::find(files.begin(), files.end(), h) != files.end();
+        }));
+        if (page.eof || page.handles.empty())
+            return n;
+        cookie = page.next_cookie;
+    }
+}
+
 // The server's log says a test fault fired (PVFS_TEST_FAULTS).
 bool fault_fired(const test::Cluster &cl, const std::string &name)
 {
@@ -756,18 +774,7 @@ ATF_TEST_CASE_BODY(server_reclaims)
         require_rc(b->unlink(root_handle, "o" + std::to_string(i)), 0, "unlink");
     require(orphans(*b).size() == count, "not 40 held orphans");
     const auto objects_left = [&](std::uint32_t data_index) {
-        std::size_t n = 0;
-        std::uint64_t cookie = 0;
-        for (;;) {
-            client::HandlePage page;
-            require_rc(b->list_objects(data_index, cookie, 1024, page), 0, "list_objects");
-            n += static_cast<std::size_t>(std::ranges::count_if(page.handles, [&](Handle h) {
-                return std::find(files.begin(), files.end(), h) != files.end();
-            }));
-            if (page.eof || page.handles.empty())
-                return n;
-            cookie = page.next_cookie;
-        }
+        return objects_of(*b, data_index, files);
     };
     require(objects_left(0) == count && objects_left(1) == count,
             "objects missing: " + std::to_string(objects_left(0)) + " on data0, " +
@@ -801,6 +808,100 @@ ATF_TEST_CASE_BODY(server_reclaims)
             std::to_string(orphans(*b).size()) + " of 40 records left after data1 came back");
     const std::size_t left = objects_left(1);
     require(left == 0, std::to_string(left) + " objects left on data1");
+}
+
+// The metadata server killed in the middle of its reclaimer's round.
+// data1 is stopped (SIGSTOP) when the records come due, so the reclaimer's
+// round removes the data0 objects of the records handed to it and then
+// waits for data1's; meta0 is killed (-9) there, with objects gone and
+// every record still held, then data1 continues and meta0 restarts.
+// Within a bound every record is finished, no object of an orphan is left
+// on either data server, pvfs-fsck finds nothing, and the live files'
+// objects and bytes are untouched.
+ATF_TEST_CASE_WITHOUT_HEAD(reclaimer_killed);
+ATF_TEST_CASE_BODY(reclaimer_killed)
+{
+    test::Cluster cl{test::servers(1, 2),
+                     "request_timeout = \"3s\"\nlease = \"2s\"\nstripe_size = \"64KiB\"\n",
+                     test::fresh_attrs()};
+    constexpr unsigned count = 120;
+    constexpr unsigned live_count = 8;
+    auto a = cl.connect();
+    auto b = cl.connect();
+    std::vector<Handle> live;
+    for (unsigned i = 0; i < live_count; ++i)
+        live.push_back(make_file(*b, "live" + std::to_string(i), 200 + i));
+    std::vector<Handle> files;
+    Attr attr;
+    for (unsigned i = 0; i < count; ++i) {
+        files.push_back(make_file(*a, "o" + std::to_string(i), 60 + i));
+        require_rc(a->open(files.back(), client::Client::open_read, attr), 0, "open");
+    }
+    for (unsigned i = 0; i < count; ++i)
+        require_rc(b->unlink(root_handle, "o" + std::to_string(i)), 0, "unlink");
+    require(orphans(*b).size() == count, "not 120 held orphans");
+    require(objects_of(*b, 0, files) == count && objects_of(*b, 1, files) == count,
+            "objects missing before the test");
+    // a's holds go with meta0's memory: after the grace (12 s) the records
+    // are released, due for the reclaimer reclaim_after (2 s) later.
+    cl.servers["meta0"]->stop(SIGKILL);
+    cl.start("meta0");
+    b = cl.connect();
+    const pid_t data1 = cl.servers["data1"]->pid();
+    require(::kill(data1, SIGSTOP) == 0, "SIGSTOP data1");
+    // Whatever happens, data1 runs again (before the Cluster stops it).
+    struct Continue {
+        pid_t pid;
+        explicit Continue(pid_t p) : pid(p) {}
+        Continue(const Continue &) = delete;
+        Continue &operator=(const Continue &) = delete;
+        Continue(Continue &&) = delete;
+        Continue &operator=(Continue &&) = delete;
+        ~Continue() { ::kill(pid, SIGCONT); }
+    } const resume{data1};
+    require(wait_for([&] { return objects_of(*b, 0, files) < count; }, std::chrono::seconds(40)),
+            "the reclaimer never started a round");
+    // Mid-round: some of the hand-out's objects are gone, and no record is
+    // finished (that waits for data1).
+    const std::size_t removed = count - objects_of(*b, 0, files);
+    const std::size_t records = orphans(*b).size();
+    require(records == count, std::to_string(count - records) +
+                                  " records finished while data1, holding their objects, was "
+                                  "stopped");
+    require(cl.servers["meta0"]->stop(SIGKILL) == 128 + SIGKILL, "meta0 was not killed");
+    require(::kill(data1, SIGCONT) == 0, "SIGCONT data1");
+    cl.start("meta0");
+    b = cl.connect();
+    // The bound: the grace (12 s), reclaim_after (2 s), the reclaimer's
+    // ticks and rounds.
+    const auto start = Clock::now();
+    require(wait_for([&] { return orphans(*b).empty(); }, std::chrono::seconds(60)),
+            std::to_string(orphans(*b).size()) +
+                " of 120 records left a minute after the "
+                "restart (killed with " +
+                std::to_string(removed) + " objects of data0 removed)");
+    const auto took =
+        std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start).count();
+    const std::size_t left0 = objects_of(*b, 0, files);
+    const std::size_t left1 = objects_of(*b, 1, files);
+    require(left0 == 0 && left1 == 0, std::to_string(left0) + " objects left on data0, " +
+                                          std::to_string(left1) + " on data1, after " +
+                                          std::to_string(took) + " s");
+    std::printf("killed mid-round with %zu objects of data0 removed and %zu records held; all "
+                "finished %lld s after the restart\n",
+                removed, records, static_cast<long long>(took));
+    require(objects_of(*b, 0, live) == live_count && objects_of(*b, 1, live) == live_count,
+            "an object of a live file went");
+    for (unsigned i = 0; i < live_count; ++i)
+        require_content(*b, live[i], 200 + i, "live file " + std::to_string(i));
+    const std::string cmd =
+        std::string(PVFS_FSCK_BINARY) + " -c " + cl.files.config_path + " >fsck.out 2>&1";
+    // NOLINTNEXTLINE(cert-env33-c,concurrency-mt-unsafe): runs the tool under test
+    const int rc = std::system(cmd.c_str());
+    std::stringstream text;
+    text << std::ifstream("fsck.out").rdbuf();
+    require(WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && text.str().find("clean") != std::string::npos,
+            "pvfs-fsck after the reclaim: " + text.str());
 }
 
 ATF_TEST_CASE_WITHOUT_HEAD(create_open);
@@ -1131,6 +1232,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, batched_close_meta_crash);
     ATF_ADD_TEST_CASE(tcs, grace_orphans_drained);
     ATF_ADD_TEST_CASE(tcs, server_reclaims);
+    ATF_ADD_TEST_CASE(tcs, reclaimer_killed);
     ATF_ADD_TEST_CASE(tcs, create_open);
     ATF_ADD_TEST_CASE(tcs, create_open_retried);
     ATF_ADD_TEST_CASE(tcs, close_without_commit);

@@ -205,6 +205,47 @@ ATF_TEST_CASE_BODY(round_trip_requests)
 
 // The samples hold one body per op; a write's other shape, its data
 // described for RDMA instead of inline, separately.
+// Status with counters (pvfs-top): both directions round-trip, an old
+// peer's layout still decodes without them, and every bound is enforced.
+ATF_TEST_CASE_WITHOUT_HEAD(status_counters);
+ATF_TEST_CASE_BODY(status_counters)
+{
+    using namespace pvfs::proto;
+    const auto ask = samples::request(StatusRequest{.counters = counters_version});
+    proto::Request req;
+    const proto::Key &key = samples::test_key();
+    ATF_REQUIRE(proto::decode(encoded(ask), key, req) && req == ask);
+    ATF_REQUIRE(proto::decode(encoded(samples::request(StatusRequest{})), key, req));
+    ATF_REQUIRE(!std::get<StatusRequest>(req.body).counters);
+    require_request_error(samples::request(StatusRequest{.counters = 0}), DecodeError::bad_value,
+                          "counters version 0");
+    const OpCounters op{.op = 18, .requests = 9, .errors = 2, .latency_ns = 7, .buckets = {1, 8}};
+    const auto answer = [&](ServerCounters c) {
+        return samples::response(
+            StatusResponse{.server_name = "d0", .version = "v", .counters = std::move(c)});
+    };
+    const auto full = answer({.ops = std::vector<OpCounters>(max_counter_ops, op),
+                              .read_bytes = 1,
+                              .write_bytes = 2,
+                              .connections = 3});
+    proto::Response resp;
+    ATF_REQUIRE(proto::decode(encoded(full), key, resp) && resp == full);
+    ATF_REQUIRE(proto::decode(encoded(samples::response(StatusResponse{})), key, resp));
+    ATF_REQUIRE(!std::get<StatusResponse>(resp.body).counters);
+    require_response_error(answer({.version = 2}), DecodeError::bad_value, "counters version 2");
+    require_response_error(answer({.ops = std::vector<OpCounters>(max_counter_ops + 1, op)}),
+                           DecodeError::too_long, "65 ops");
+    OpCounters bad = op;
+    bad.buckets.assign(max_latency_buckets + 1, 1);
+    require_response_error(answer({.ops = {bad}}), DecodeError::too_long, "29 buckets");
+    bad = op;
+    bad.errors = bad.requests + 1;
+    require_response_error(answer({.ops = {bad}}), DecodeError::bad_value, "errors > requests");
+    bad = op;
+    bad.op = 0;
+    require_response_error(answer({.ops = {bad}}), DecodeError::bad_value, "op 0");
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(round_trip_write_described_for_rdma);
 ATF_TEST_CASE_BODY(round_trip_write_described_for_rdma)
 {
@@ -1499,4 +1540,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, key_file_formats);
     ATF_ADD_TEST_CASE(tcs, key_file_permissions);
     ATF_ADD_TEST_CASE(tcs, key_moves);
+    ATF_ADD_TEST_CASE(tcs, status_counters);
 }
