@@ -129,7 +129,8 @@ Task<int> setup(Client::Impl &impl, std::string &error)
             error = key_error;
             co_return -1;
         }
-        if (options.encrypt)
+        if (const char *enc = std::getenv("PVFS_ENCRYPT"); // NOLINT(concurrency-mt-unsafe)
+            options.encrypt || (enc != nullptr && std::string_view(enc) == "1"))
             impl.key->set_encrypt(true);
     }
     const config::Cluster &c = impl.cluster;
