@@ -10,8 +10,8 @@
 namespace bmi::tcp {
 
 struct Sealer::Keys {
-    crypto_aead_aes256gcm_state aes_tx;
-    crypto_aead_aes256gcm_state aes_rx;
+    crypto_aead_aes256gcm_state aes_tx{};
+    crypto_aead_aes256gcm_state aes_rx{};
     std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_KEYBYTES> tx{};
     std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_KEYBYTES> rx{};
 
