@@ -112,7 +112,12 @@ void tampered_handshake(std::span<const std::byte> in)
         }
     };
     static auth::Authenticator client;
-    static const std::string credential = client.add_client_key(fuzz_key());
+    // It asks for encryption: the cipher and the kx keys are in play too.
+    static const std::string credential = client.add_client_key([] {
+        proto::Key k = fuzz_key();
+        k.set_encrypt(true);
+        return k;
+    }());
     std::vector<std::byte> client_transport{std::byte{'c'}, std::byte{1}};
     std::vector<std::byte> server_transport{std::byte{'s'}, std::byte{2}};
 
@@ -146,6 +151,9 @@ void tampered_handshake(std::span<const std::byte> in)
     }
     check(unchanged);
     check(client_id.session_key == server_id.session_key && server_id.name == "fuzz");
+    // Both ends chose the same cipher and the same sealing keys.
+    check(client_id.cipher == server_id.cipher && client_id.seal_c2s == server_id.seal_c2s &&
+          client_id.seal_s2c == server_id.seal_s2c);
 }
 
 } // namespace

@@ -59,6 +59,9 @@ bool KeyTable::load(std::string &error, std::string &summary)
     std::size_t added = 0;
     for (config::ClientKey &c : loaded.clients) {
         const std::uint32_t id = *c.key.id();
+        // [filesystem] encrypt holds for every key (the cluster key says it).
+        if (cluster_->key.encrypt())
+            c.key.set_encrypt(true);
         auto client = std::make_shared<const Client>(
             Client{std::move(c.key), !c.no_root_squash, c.uids, c.revoked, false, c.gids});
         revoked += c.revoked ? 1 : 0;

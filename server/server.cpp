@@ -384,11 +384,24 @@ bool Server::start_metrics(const std::string &path, std::chrono::milliseconds in
     return true;
 }
 
+namespace {
+
+// The cluster key as the key table holds it: with [filesystem] encrypt,
+// every connection under it, and under every client key, must encrypt.
+proto::Key encrypting(proto::Key key, bool on)
+{
+    key.set_encrypt(on);
+    return key;
+}
+
+} // namespace
+
 Server::Server(config::Cluster cluster, std::size_t self_index, proto::Key key)
     : cluster_(std::move(cluster)), self_(cluster_.servers.at(self_index)),
       self_index_(static_cast<std::uint32_t>(self_index)), config_text_(config::to_toml(cluster_)),
       config_hash_(config::hash(cluster_)), capability_key_(proto::capability_key(key)),
-      keys_(std::move(key), cluster_.defaults.root_squash, cluster_.client_keys),
+      keys_(encrypting(std::move(key), cluster_.encrypt), cluster_.defaults.root_squash,
+            cluster_.client_keys),
       started_(std::chrono::steady_clock::now())
 {
 }

@@ -244,11 +244,25 @@ private:
 // only a label for rev_lookup and logs).  A refusal fails the connection's
 // ops with -EACCES.
 
+// How a connection's frames are sealed after its handshake (docs/bmi.md
+// "Encryption"): chosen by the authenticator, under its MACs.
+enum class Cipher : std::uint8_t {
+    none = 0,              // frames in the clear
+    aes256gcm = 1,         // AES-256-GCM (both ends have AES-NI)
+    xchacha20poly1305 = 2, // XChaCha20-Poly1305 (the IETF construction)
+};
+
 // Who a connection proved to be.
 struct Identity {
     std::string name;              // the key's name, as the authenticator gives it
     std::uint64_t incarnation = 0; // the peer's BMI incarnation (filled in by BMI)
     std::array<std::byte, 32> session_key{};
+    // Sealing: with a cipher, every frame after the handshake is sealed
+    // under seal_c2s (client to server) or seal_s2c; a method that cannot
+    // seal refuses the connection.
+    Cipher cipher = Cipher::none;
+    std::array<std::byte, 32> seal_c2s{};
+    std::array<std::byte, 32> seal_s2c{};
 
     Identity() = default;
     Identity(const Identity &) = default;

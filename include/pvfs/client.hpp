@@ -131,6 +131,10 @@ struct Options {
     // The cluster key; empty: the config's key_file (config file targets),
     // else $PVFS_KEY_FILE, else /etc/pvfs/pvfs.key.
     std::string key_file;
+    // Encrypt every connection (docs/security.md "Encryption"), as the
+    // config's [filesystem] encrypt does; for a URL target, whose config
+    // comes from the server, also $PVFS_ENCRYPT=1.
+    bool encrypt = false;
     // Who the requests are from; default: this process's effective ids.
     bool use_process_credentials = true;
     Credentials credentials;

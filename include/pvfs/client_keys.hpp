@@ -6,7 +6,10 @@
 //     node17    3f1c...e0                                    uids=1000-1999
 //     admin     9a02...4b                                    no_root_squash
 //     node03    77d1...2c                                    revoked
+//     node21    c40b...91                                    encrypt
 //
+// `encrypt`: that client's connections must be encrypted (its
+// ClientKey::key has encrypt() set; docs/security.md "Encryption").
 // The parser is strict: one bad line refuses the whole file, with
 // "FILE:LINE: why", so a server keeps the table it had (reload) or does
 // not start.  pvfs-key edits the file; admins may too.

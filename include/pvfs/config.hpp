@@ -148,6 +148,10 @@ struct Cluster {
     // The servers' table of client keys (client_keys.hpp, docs/security.md
     // "Client keys"); empty: none, the cluster key is every client's.
     std::string client_keys; // absolute, lexically normal, or empty
+    // Every connection encrypted (docs/security.md "Encryption"): clients
+    // ask for it, servers refuse clients that do not.  TCP only: refused
+    // with an ib:// address.
+    bool encrypt = false;
     Defaults defaults;
     std::vector<Server> servers; // in file order
 

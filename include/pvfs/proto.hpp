@@ -1019,12 +1019,19 @@ public:
     // Makes this a client key named `name` (a valid_key_name): requests
     // encoded with it carry its id.
     void set_name(std::string name);
+    // Connections under this key are encrypted (docs/security.md
+    // "Encryption"): on a client, it asks for encryption and refuses a
+    // server that does not agree; on a server, a client that does not ask
+    // is refused.  A policy bit, not part of the key's bytes.
+    [[nodiscard]] bool encrypt() const noexcept { return encrypt_; }
+    void set_encrypt(bool on) noexcept { encrypt_ = on; }
 
 private:
     Key() noexcept;
     std::array<unsigned char, key_size> bytes_{};
     std::string name_;
     std::optional<std::uint32_t> id_;
+    bool encrypt_ = false;
 };
 
 // ---- encoding and decoding -----------------------------------------------

@@ -93,11 +93,11 @@ public:
         // must not reach a log line.
         if (proto::Key::from_hex(f[0])) {
             return fail("the line starts with 64 hex digits, a key: a line is NAME KEY-HEX "
-                        "[no_root_squash] [uids=LO-HI] [gids=LO-HI] [revoked]");
+                        "[no_root_squash] [uids=LO-HI] [gids=LO-HI] [encrypt] [revoked]");
         }
         if (f.size() < 2) {
             return fail(fmt::format("'{}' without a key: a line is NAME KEY-HEX [no_root_squash] "
-                                    "[uids=LO-HI] [gids=LO-HI] [revoked]",
+                                    "[uids=LO-HI] [gids=LO-HI] [encrypt] [revoked]",
                                     shown(f[0])));
         }
         const std::string_view name = f[0];
@@ -146,6 +146,8 @@ public:
                 client.no_root_squash = true;
             } else if (option == "revoked" && !client.revoked) {
                 client.revoked = true;
+            } else if (option == "encrypt" && !client.key.encrypt()) {
+                client.key.set_encrypt(true); // its connections must be encrypted
             } else if (option.starts_with("uids=") && !client.uids) {
                 client.uids = parse_uid_range(option.substr(5));
                 if (!client.uids) {
@@ -160,13 +162,14 @@ public:
                                             "gids and LO <= HI",
                                             name, shown(option)));
                 }
-            } else if (option == "no_root_squash" || option == "revoked" ||
+            } else if (option == "no_root_squash" || option == "revoked" || option == "encrypt" ||
                        option.starts_with("uids=") || option.starts_with("gids=")) {
                 return fail(fmt::format("client '{}': '{}' given twice", name, shown(option)));
             } else {
-                return fail(fmt::format("client '{}': unknown option '{}' (expected "
-                                        "no_root_squash, uids=LO-HI, gids=LO-HI or revoked)",
-                                        name, shown(option)));
+                return fail(
+                    fmt::format("client '{}': unknown option '{}' (expected "
+                                "no_root_squash, uids=LO-HI, gids=LO-HI, encrypt or revoked)",
+                                name, shown(option)));
             }
         }
         names_.emplace(std::string(name), number);

@@ -286,6 +286,20 @@ public:
                 }
             }
         }
+        if (c.encrypt) {
+            // Only the TCP method seals; ib:// relies on the fabric's own
+            // encryption (docs/security.md "Encryption").
+            for (const Server &s : c.servers) {
+                for (const std::string &url : s.addresses) {
+                    if (url.starts_with("ib://"))
+                        fail(*encrypt_, "filesystem.encrypt",
+                             fmt::format("server {} has the address {}: ib:// does not encrypt "
+                                         "(use the fabric's own encryption, or tcp:// addresses "
+                                         "only)",
+                                         s.name, url));
+                }
+            }
+        }
         return c;
     }
 
@@ -293,7 +307,7 @@ private:
     void read_filesystem(const Value &root, Cluster &c)
     {
         const Value &fs = require_table(require(root, "", "filesystem"), "filesystem");
-        reject_unknown(fs, "filesystem", {"name", "id", "key_file", "client_keys"});
+        reject_unknown(fs, "filesystem", {"name", "id", "key_file", "client_keys", "encrypt"});
         c.fs_name = require_name(require(fs, "filesystem", "name"), "filesystem.name");
         const Value &id = require(fs, "filesystem", "id");
         const std::int64_t n = require_integer(id, "filesystem.id");
@@ -304,6 +318,10 @@ private:
         c.key_file = path(require(fs, "filesystem", "key_file"), "filesystem.key_file");
         if (const Value *v = member(fs, "client_keys")) {
             c.client_keys = path(*v, "filesystem.client_keys");
+        }
+        if (const Value *v = member(fs, "encrypt")) {
+            c.encrypt = require_bool(*v, "filesystem.encrypt");
+            encrypt_ = v; // checked against the servers' addresses once they are known
         }
     }
 
@@ -619,6 +637,7 @@ private:
     std::string base_dir_;
     const Value *stripe_count_ = nullptr;
     const Value *insecure_ = nullptr;
+    const Value *encrypt_ = nullptr;
 
     static bool loopback(std::string_view host)
     {
@@ -858,6 +877,8 @@ std::string to_toml(const Cluster &c)
     if (!c.client_keys.empty()) {
         out += fmt::format("client_keys = {}\n", toml_string(c.client_keys));
     }
+    if (c.encrypt) // only when on: the hash of a cluster without it stays
+        out += "encrypt = true\n";
     out += "\n";
     out += "[defaults]\n";
     out += fmt::format("stripe_size = {}\n", detail::size_toml(d.default_layout.stripe_size));

@@ -76,7 +76,8 @@ bool parse_hex(std::string_view hex, std::span<unsigned char, key_size> out)
 Key::Key() noexcept = default;
 
 Key::Key(Key &&other) noexcept
-    : bytes_(other.bytes_), name_(std::move(other.name_)), id_(std::exchange(other.id_, {}))
+    : bytes_(other.bytes_), name_(std::move(other.name_)), id_(std::exchange(other.id_, {})),
+      encrypt_(other.encrypt_)
 {
     sodium_memzero(other.bytes_.data(), other.bytes_.size());
 }
@@ -87,6 +88,7 @@ Key &Key::operator=(Key &&other) noexcept
         bytes_ = other.bytes_;
         name_ = std::move(other.name_);
         id_ = std::exchange(other.id_, {});
+        encrypt_ = other.encrypt_;
         sodium_memzero(other.bytes_.data(), other.bytes_.size());
     }
     return *this;
@@ -246,6 +248,7 @@ Key Key::clone() const
     copy.bytes_ = bytes_;
     copy.name_ = name_;
     copy.id_ = id_;
+    copy.encrypt_ = encrypt_;
     return copy;
 }
 

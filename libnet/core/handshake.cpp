@@ -17,6 +17,8 @@ namespace bmi {
 Identity::~Identity()
 {
     explicit_bzero(session_key.data(), session_key.size()); // glibc's, from <cstring>
+    explicit_bzero(seal_c2s.data(), seal_c2s.size());
+    explicit_bzero(seal_s2c.data(), seal_s2c.size());
 }
 
 namespace handshake {
@@ -145,6 +147,13 @@ std::string refusal_text(int error)
 {
     if (error == -EACCES)
         return "refused by authentication";
+    if (error == -EPROTONOSUPPORT)
+        return "refused: the two ends do not agree on encryption (a server with encrypt = true "
+               "takes only clients that encrypt; a client with encrypt = true takes only an "
+               "encrypted connection)";
+    if (error == -EPROTO)
+        return "refused: the peer speaks another version of the handshake (every node must run "
+               "the same pvfs release)";
     return "authentication failed: " + std::error_code(-error, std::generic_category()).message();
 }
 

@@ -93,8 +93,8 @@ ClusterFiles write_cluster_at(const fs::path &dir, const std::vector<ServerSpec>
     if (const auto st = config::generate_key_file(f.key_path, true); !st.ok())
         throw std::runtime_error(st.error);
     std::string text = fmt::format("[filesystem]\nname = \"testfs\"\nid = 4242\nkey_file = "
-                                   "\"{}\"\n\n[defaults]\n{}\n",
-                                   f.key_path, extra_defaults);
+                                   "\"{}\"\n{}\n[defaults]\n{}\n",
+                                   f.key_path, filesystem_extra, extra_defaults);
     // free_port releases its socket, so the kernel may hand the same port
     // out again: each server of one config needs its own.
     std::set<std::uint16_t> taken;
@@ -352,10 +352,11 @@ std::int64_t realtime_ns()
 
 } // namespace
 
-RawClient::RawClient(const std::string &server_url, const std::string &key_path)
+RawClient::RawClient(const std::string &server_url, const std::string &key_path, bool encrypt)
     : bmi_(client_options()), ctx_(bmi_.open_context()), key_(load_key(key_path)),
       session_(std::random_device{}() | 1ULL << 40U), response_buffer_(std::size_t{2} << 20U)
 {
+    key_.set_encrypt(encrypt);
     // Its connection proves its key, as libpvfs's do (servers require it).
     auto authenticator = std::make_shared<auth::Authenticator>();
     const std::string credential = authenticator->add_client_key(key_);
@@ -379,7 +380,7 @@ const config::Server &server_named(const ClusterFiles &files, const std::string 
 } // namespace
 
 RawClient::RawClient(const ClusterFiles &files, const std::string &name)
-    : RawClient(server_named(files, name).addresses.at(0), files.key_path)
+    : RawClient(server_named(files, name).addresses.at(0), files.key_path, files.cluster.encrypt)
 {
     to = proto::Destination{
         files.cluster.fs_id,

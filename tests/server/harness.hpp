@@ -45,6 +45,10 @@ struct ServerSpec {
 // A config file and key under `dir`, one server per spec, each on its own
 // port of 127.0.0.1 with storage in dir/<name>.  `extra_defaults` is TOML
 // put into [defaults].
+// Lines the next write_cluster puts in the [filesystem] table
+// ("encrypt = true\n"); empty by default.
+inline std::string filesystem_extra; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+
 struct ClusterFiles {
     std::filesystem::path dir;
     std::string config_path;
@@ -161,7 +165,9 @@ struct Call {
 class RawClient {
 public:
     // Requests to `server_url`, not bound to a server (`to` unset).
-    RawClient(const std::string &server_url, const std::string &key_path);
+    // `encrypt`: its connection asks for encryption (docs/security.md
+    // "Encryption").
+    RawClient(const std::string &server_url, const std::string &key_path, bool encrypt = false);
     // Requests to the server `name` of `files`, bound to it as libpvfs's
     // are (docs/protocol.md "Destination binding").
     RawClient(const ClusterFiles &files, const std::string &name);

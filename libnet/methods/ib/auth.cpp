@@ -188,6 +188,11 @@ IbMethod::Verdict IbMethod::on_auth(std::uint32_t c, const Header &h,
         Identity id;
         if (const int rc = k.hs.server_proof(payload, k.pending_remote.incarnation, id); rc != 0)
             return refuse(c, rc, "its proof was refused");
+        // ib does not seal (docs/security.md "Encryption": the fabric's own
+        // encryption is the answer); a handshake that chose a cipher is
+        // refused, never run in the clear.
+        if (id.cipher != Cipher::none)
+            return refuse(c, -EPROTONOSUPPORT, "encryption asked for, and ib:// does not encrypt");
         // The URL it claims is only a label: the peer is who it proved.
         std::string label = k.pending_remote.url;
         if (label.rfind("ib://", 0) != 0)
@@ -207,6 +212,10 @@ IbMethod::Verdict IbMethod::on_auth(std::uint32_t c, const Header &h,
         Identity id;
         if (const int rc = k.hs.client_accepted(k.pending_remote.incarnation, id); rc != 0) {
             close_conn(c, rc, "an accept out of sequence");
+            return Verdict::closed;
+        }
+        if (id.cipher != Cipher::none) {
+            close_conn(c, -EPROTONOSUPPORT, "encryption asked for, and ib:// does not encrypt");
             return Verdict::closed;
         }
         core_.set_identity(k.peer, id);

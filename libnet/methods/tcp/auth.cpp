@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -112,8 +114,10 @@ void TcpMethod::refuse(std::uint32_t c, int error, std::string_view why)
     log_refusal(auth_log_,
                 fmt::format("connection to {} {}: {}", who, handshake::refusal_text(error), why));
     // The refusal goes before the close: the peer reads why (its ops fail
-    // with -EACCES, not with a reset).  Nothing else is queued yet.
-    queue_auth(c, EACCES, {});
+    // with -EACCES, not with a reset; with -EPROTONOSUPPORT when the ends
+    // disagree on encryption, -EPROTO for another handshake version).
+    // Nothing else is queued yet.
+    queue_auth(c, error == -EPROTONOSUPPORT || error == -EPROTO ? -error : EACCES, {});
     if (flush(c))
         close_conn(c, error, why);
 }
@@ -123,11 +127,13 @@ TcpMethod::Verdict TcpMethod::on_auth_header(std::uint32_t c, const FrameHeader 
     Conn &k = *conns_[c];
     if (h.status != 0) {
         const std::string who = k.peer != no_addr ? core_.url_of(k.peer) : "an unidentified peer";
+        const bool told = h.status == EPROTONOSUPPORT || h.status == EPROTO;
         log_refusal(auth_log_, fmt::format("connection to {} refused by the peer's "
-                                           "authentication (status {})",
-                                           who, h.status));
+                                           "authentication (status {}){}{}",
+                                           who, h.status, told ? ": " : "",
+                                           told ? handshake::refusal_text(-h.status) : ""));
         close_why_ = "refused by the peer's authentication";
-        close_error_ = -EACCES;
+        close_error_ = told ? -h.status : -EACCES;
         return Verdict::close;
     }
     const bool expected = k.peer == no_addr ? k.hs.step() == Step::server_verifying
@@ -193,7 +199,8 @@ void TcpMethod::hello_payload(std::uint32_t c)
         }
         std::vector<std::byte> proof;
         if (const int rc = k.hs.client_challenge(theirs, auth_bytes, proof); rc != 0) {
-            refuse(c, rc, "the peer did not prove the key");
+            refuse(c, rc,
+                   rc == -EACCES ? "the peer did not prove the key" : "its challenge was refused");
             return;
         }
         k.pending_remote = std::move(body);
@@ -218,6 +225,9 @@ void TcpMethod::auth_payload(std::uint32_t c)
             refuse(c, rc, "its proof was refused");
             return;
         }
+        // Frames after the proof come sealed, and after the accept go so.
+        if (!start_sealing(c, id, false))
+            return;
         // The URL it claims is only a label: the peer is who it proved.
         std::string label = k.pending_remote.url;
         if (label.rfind("tcp://", 0) != 0) {
@@ -248,8 +258,37 @@ void TcpMethod::auth_payload(std::uint32_t c)
         close_conn(c, rc, "an accept out of sequence");
         return;
     }
+    // Frames after the accept come sealed, and every frame of ours goes so.
+    if (!start_sealing(c, id, true))
+        return;
     core_.set_identity(k.peer, id);
     established(c, k.pending_remote);
+}
+
+// The handshake chose a cipher: c seals from here on (its input from the
+// next byte in the stage; its output from the next frame queued but the
+// handshake's own).  The identity kept in the core holds no sealing key.
+bool TcpMethod::start_sealing(std::uint32_t c, Identity &id, bool client)
+{
+    if (id.cipher == Cipher::none)
+        return true;
+    Conn &k = *conns_[c];
+    try {
+        k.sealer = std::make_unique<Sealer>(id, client);
+    } catch (const std::exception &e) {
+        if (client)
+            close_conn(c, -EPROTONOSUPPORT, e.what());
+        else
+            refuse(c, -EPROTONOSUPPORT, e.what());
+        return false;
+    }
+    explicit_bzero(id.seal_c2s.data(), id.seal_c2s.size());
+    explicit_bzero(id.seal_s2c.data(), id.seal_s2c.size());
+    k.rx_sealed = true;
+    k.ro = k.rb;
+    gossip::debug(gossip::Mask::tcp, "connection to {} sealed with {}", core_.url_of(k.peer),
+                  id.cipher == Cipher::aes256gcm ? "AES-256-GCM" : "XChaCha20-Poly1305");
+    return true;
 }
 
 void TcpMethod::established(std::uint32_t c, const HelloBody &body)

@@ -11,6 +11,7 @@
 #include "engine.hpp"
 #include "frame.hpp"
 #include "pvfs/unique_fd.hpp"
+#include "seal.hpp"
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -149,7 +150,18 @@ struct Conn {
     bool hello_seen = false;          // the peer's hello arrived (maybe not yet proved)
     std::vector<std::byte> hello_out; // client: the hello to send once connected
     HelloBody pending_remote;         // the peer's hello, until the proof is in
+    // Sealing (seal.hpp), once the handshake chose a cipher: frames after
+    // the handshake's go sealed into `out` and from there to the socket;
+    // once rx_sealed, stage bytes [rb, ro) are opened frames, [ro, re)
+    // sealed ones not yet opened.
+    std::unique_ptr<Sealer> sealer;
+    bool rx_sealed = false;
+    std::size_t ro = 0;
+    std::vector<std::byte> out;
+    std::size_t out_off = 0;
 
+    // Bytes wait to be written.
+    [[nodiscard]] bool has_output() const noexcept { return !tx.empty() || out_off < out.size(); }
     // Part of a frame has arrived, not all of it.
     [[nodiscard]] bool mid_frame() const noexcept
     {
@@ -313,6 +325,15 @@ private:
                      std::size_t len, bool front = false);
     void queue_control(Peer &p, const FrameHeader &h);
     bool flush(std::uint32_t c); // false when the connection died
+    bool flush_sealed(std::uint32_t c);
+    void copy_from_op(std::uint32_t i, std::size_t off, std::byte *dst, std::size_t n);
+    // Sealing starts on c (auth.cpp): false when c was refused.
+    bool start_sealing(std::uint32_t c, Identity &id, bool client);
+    // Sealed input: the next frame opened in the stage (1), not all in
+    // yet (0), or the connection closed (-1).
+    int open_next(std::uint32_t c);
+    // Room in the stage for the sealed frame arriving.
+    void sealed_room(Conn &k);
     void item_written(std::uint32_t c, TxItem &item);
     void detach_tx(std::uint32_t i);
     // Where the answers to what arrives on k are queued: its own queue and
@@ -425,6 +446,7 @@ private:
     RateLog deadline_log_;
     RateLog budget_log_;
     RateLog auth_log_;
+    RateLog seal_log_;
     static void log_refusal(RateLog &log, std::string_view what);
     void flush_rate_logs(Clock::time_point now);
 };

@@ -13,8 +13,11 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 namespace bmi::tcp {
 
@@ -558,8 +561,18 @@ bool TcpMethod::parse(std::uint32_t c)
     Conn &k = *conns_[c];
     FrameLimits limits{core_.limits.eager, core_.limits.unexpected, chunk_size};
     while (!k.closed) {
+        // Sealed: only opened bytes are parsed; when they run out, the
+        // next frame is opened (whole: none of it is used before).
+        if (k.rx_sealed && k.rb == k.ro) {
+            const int opened = open_next(c);
+            if (opened < 0)
+                return false;
+            if (opened == 0)
+                return true;
+        }
+        const std::size_t end = k.rx_sealed ? k.ro : k.re;
         if (k.payload_left > 0 || k.sink != Sink::none) {
-            const std::size_t avail = k.re - k.rb;
+            const std::size_t avail = end - k.rb;
             const std::size_t n = std::min(avail, k.payload_left);
             if (n > 0) {
                 const std::byte *src = k.stage.data() + k.rb;
@@ -593,12 +606,17 @@ bool TcpMethod::parse(std::uint32_t c)
                 k.rb += n;
                 k.payload_left -= n;
             }
-            if (k.payload_left > 0)
+            if (k.payload_left > 0) {
+                if (k.rx_sealed) { // a frame is opened whole: cannot happen
+                    close_conn(c, -EPROTO, "a sealed frame shorter than its payload");
+                    return false;
+                }
                 return true; // need more bytes
+            }
             payload_done(c);
             continue;
         }
-        if (k.re - k.rb < frame_header_size)
+        if (end - k.rb < frame_header_size)
             return true;
         if (!send_queue_room(c))
             return false; // closed, or held until the peer reads
@@ -650,6 +668,71 @@ bool TcpMethod::parse(std::uint32_t c)
     return false;
 }
 
+// The sealed frame at k.ro, if all of it is in: its header (in the clear)
+// checked as any header is, then the whole frame opened in place.  One
+// that does not open closes the connection (its ops fail with EBADMSG);
+// nothing of it was used.
+int TcpMethod::open_next(std::uint32_t c)
+{
+    Conn &k = *conns_[c];
+    constexpr std::size_t head = sealed_overhead + frame_header_size;
+    if (k.rb != k.ro || k.re - k.ro < head)
+        return 0;
+    const FrameLimits limits{core_.limits.eager, core_.limits.unexpected, chunk_size};
+    FrameHeader h;
+    const std::span<const std::byte, frame_header_size> hb(k.stage.data() + k.ro + sealed_overhead,
+                                                           frame_header_size);
+    if (const char *err = decode(hb, limits, h)) {
+        close_conn(c, -EPROTO, err);
+        return -1;
+    }
+    const std::uint64_t n = wire_payload(h);
+    if (k.re - k.ro < head + n)
+        return 0;
+    if (!k.sealer->open(k.stage.data() + k.ro, n)) {
+        const std::optional<Identity> id = core_.identity_of(k.peer);
+        log_refusal(seal_log_,
+                    fmt::format("closing connection to {} (key {}): a sealed frame did not open "
+                                "(altered, replayed or out of order on the way)",
+                                core_.url_of(k.peer), id ? id->name : std::string("?")));
+        close_conn(c, -EBADMSG, "a sealed frame did not open");
+        return -1;
+    }
+    k.rb = k.ro + sealed_overhead;
+    k.ro += head + n;
+    return 1;
+}
+
+// Before a read of sealed input: the frame being received must fit in the
+// stage whole (it is opened in one piece), so the stage is compacted and
+// grown as needed; it grows with the bytes that came, never on the word of
+// a header alone beyond the frame limits.
+void TcpMethod::sealed_room(Conn &k)
+{
+    constexpr std::size_t head = sealed_overhead + frame_header_size;
+    if (k.rb == k.re)
+        k.rb = k.ro = k.re = 0;
+    std::size_t need = head;
+    if (k.re - k.ro >= head) {
+        FrameHeader h;
+        const FrameLimits limits{core_.limits.eager, core_.limits.unexpected, chunk_size};
+        const std::span<const std::byte, frame_header_size> hb(
+            k.stage.data() + k.ro + sealed_overhead, frame_header_size);
+        if (decode(hb, limits, h) == nullptr)
+            need += wire_payload(h);
+    }
+    // Room for this frame from ro, and for a useful read after it.
+    const std::size_t want = need + std::size_t{16} * 1024;
+    if (k.rb > 0 && k.stage.size() - k.ro < want) {
+        std::memmove(k.stage.data(), k.stage.data() + k.rb, k.re - k.rb);
+        k.ro -= k.rb;
+        k.re -= k.rb;
+        k.rb = 0;
+    }
+    if (k.stage.size() - k.ro < want)
+        k.stage.resize(std::max(k.ro + want, std::min(stage_size, k.stage.size() * 2)));
+}
+
 // Reads what the socket has, up to a bound so that one busy peer cannot
 // starve the others.  Returns true when the socket is drained (EAGAIN), the
 // connection closed or paused; false when input may remain.
@@ -666,7 +749,9 @@ bool TcpMethod::handle_readable(std::uint32_t c)
             k.stage.resize(hello_stage_size);
         ssize_t r = 0;
         std::size_t asked = 0;
-        const bool direct = k.sink == Sink::op && k.rb == k.re && k.payload_left >= direct_read_min;
+        // Never when sealed: a payload is opened before it is anyone's.
+        const bool direct =
+            !k.rx_sealed && k.sink == Sink::op && k.rb == k.re && k.payload_left >= direct_read_min;
         if (direct) {
             // Large payloads go straight into the receive buffer.
             // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init): filled before use
@@ -675,6 +760,10 @@ bool TcpMethod::handle_readable(std::uint32_t c)
             const std::size_t n = map_iov(op(k.sink_op).bufs, k.sink_off, left, iov);
             asked = k.payload_left - left;
             r = ::readv(k.fd.get(), iov.data(), static_cast<int>(n));
+        } else if (k.rx_sealed) {
+            sealed_room(k);
+            asked = k.stage.size() - k.re;
+            r = ::recv(k.fd.get(), k.stage.data() + k.re, asked, 0);
         } else {
             if (k.rb == k.re) {
                 k.rb = k.re = 0;

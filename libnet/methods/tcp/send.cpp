@@ -117,6 +117,8 @@ bool TcpMethod::flush(std::uint32_t c)
     Conn &k = *conns_[c];
     if (k.closed || k.connecting)
         return !k.closed;
+    if (k.sealer)
+        return flush_sealed(c);
     // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init): filled before use
     std::array<iovec, max_iov> iov;
     while (!k.tx.empty()) {
@@ -181,6 +183,95 @@ bool TcpMethod::flush(std::uint32_t c)
         }
     }
     if (k.tx.empty())
+        k.write_blocked = false;
+    release_sends(c);
+    update_events(c);
+    return true;
+}
+
+void TcpMethod::copy_from_op(std::uint32_t i, std::size_t off, std::byte *dst, std::size_t n)
+{
+    for (const MutableBuffer &b : op(i).bufs) {
+        if (n == 0)
+            break;
+        if (off >= b.size) {
+            off -= b.size;
+            continue;
+        }
+        const std::size_t take = std::min(b.size - off, n);
+        std::memcpy(dst, static_cast<const std::byte *>(b.data) + off, take);
+        dst += take;
+        n -= take;
+        off = 0;
+    }
+}
+
+// A sealed connection (seal.hpp): each queued frame is sealed whole into
+// k.out (the handshake's own frames, before it, are copied as they are),
+// a bounded batch at a time, and k.out is written as far as the socket
+// takes it.  A frame leaves the queue once sealed: its op's bytes are
+// copied by then, so its send may complete.
+bool TcpMethod::flush_sealed(std::uint32_t c)
+{
+    constexpr std::size_t batch = std::size_t{256} * 1024;
+    Conn &k = *conns_[c];
+    for (;;) {
+        while (!k.tx.empty() && k.out.size() - k.out_off < batch) {
+            TxItem it = std::move(k.tx.front());
+            k.tx.pop_front();
+            k.tx_bytes -= tx_charge(it);
+            if (k.out_off == k.out.size()) {
+                k.out.clear();
+                k.out_off = 0;
+            }
+            const std::size_t at = k.out.size();
+            const std::size_t len = it.len - it.sent;
+            const bool plain = it.type == FrameType::hello || it.type == FrameType::auth;
+            const std::size_t head =
+                plain ? frame_header_size - it.hdr_sent : sealed_overhead + frame_header_size;
+            k.out.resize(at + head + len);
+            std::byte *dst = k.out.data() + at;
+            if (plain)
+                std::memcpy(dst, it.hdr.data() + it.hdr_sent, head);
+            else
+                std::memcpy(dst + sealed_overhead, it.hdr.data(), frame_header_size);
+            if (it.op == no_index)
+                std::memcpy(dst + head, it.own.data() + it.sent, len);
+            else
+                copy_from_op(it.op, it.off + it.sent, dst + head, len);
+            if (!plain)
+                k.sealer->seal(dst, len);
+            k.tx_bytes += head + len;
+            it.hdr_sent = frame_header_size;
+            it.sent = it.len;
+            item_written(c, it);
+            if (k.closed)
+                return false;
+        }
+        const std::size_t left = k.out.size() - k.out_off;
+        if (left == 0)
+            break;
+        const ssize_t w =
+            ::send(k.fd.get(), k.out.data() + k.out_off, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                k.write_blocked = true;
+                break;
+            }
+            close_conn(c, errno == ETIMEDOUT ? -ETIMEDOUT : -ECONNRESET, errno_text(errno));
+            return false;
+        }
+        const auto written = static_cast<std::size_t>(w);
+        k.out_off += written;
+        k.tx_bytes -= written;
+        if (written < left) {
+            k.write_blocked = true; // the socket's buffer is full
+            break;
+        }
+    }
+    if (!k.has_output())
         k.write_blocked = false;
     release_sends(c);
     update_events(c);

@@ -202,6 +202,11 @@ std::uint32_t TcpMethod::new_conn(UniqueFd fd)
     k.payload_left = 0;
     k.write_blocked = false;
     k.hung_up = false;
+    k.sealer.reset();
+    k.rx_sealed = false;
+    k.ro = 0;
+    k.out.clear();
+    k.out_off = 0;
     engine_->add(k.fd.get(), event_key(c, k.generation), EPOLLIN);
     k.events = EPOLLIN;
     return c;
@@ -215,7 +220,7 @@ void TcpMethod::update_events(std::uint32_t c)
     // Writability matters only once the socket refused bytes: queued frames
     // are otherwise written at once (or at the end of this progress call).
     std::uint32_t want = k.reading() ? static_cast<std::uint32_t>(EPOLLIN) : 0U;
-    if (k.connecting || (k.write_blocked && !k.tx.empty()))
+    if (k.connecting || (k.write_blocked && k.has_output()))
         want |= EPOLLOUT;
     if (want == k.events)
         return;
@@ -357,6 +362,7 @@ void TcpMethod::flush_rate_logs(Clock::time_point now)
     flush(deadline_log_, "more connections closed for a missed deadline");
     flush(budget_log_, "more connections closed over a global message budget");
     flush(auth_log_, "more connections refused by authentication");
+    flush(seal_log_, "more connections closed for a sealed frame that did not open");
 }
 
 // The deadlines (docs/bmi.md "Limits"): a connection that misses one is
@@ -548,6 +554,11 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
     std::vector<std::byte>().swap(k.sink_buf);
     std::vector<std::byte>().swap(k.stage);
     k.rb = k.re = 0;
+    k.sealer.reset(); // its keys wiped
+    k.rx_sealed = false;
+    k.ro = 0;
+    std::vector<std::byte>().swap(k.out);
+    k.out_off = 0;
     free_conns_.push_back(c);
     if (Peer *p = peer_ptr(k.peer)) {
         std::erase(p->conns, c);
@@ -925,7 +936,7 @@ void TcpMethod::progress(int timeout_ms)
         scratch_.swap(dirty_); // both keep their capacity
         dirty_.clear();
         for (const std::uint32_t c : scratch_) {
-            if (!conns_[c]->closed && !conns_[c]->tx.empty())
+            if (!conns_[c]->closed && conns_[c]->has_output())
                 flush(c);
         }
     }
