@@ -411,7 +411,8 @@ proto::Request RawClient::make_request(proto::RequestBody body)
             },
             r.body);
         c.rights = rights;
-        c.fs_id = cap_fs_id;
+        // A client bound to a server names its file system there too.
+        c.fs_id = cap_fs_id != 0 || !to ? cap_fs_id : to->fs_id;
         if (const std::optional<std::uint32_t> id = key_.id()) {
             c.keyed = true;
             c.key_id = *id;
