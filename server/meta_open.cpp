@@ -57,8 +57,26 @@ bool MetaService::held_or_dying(Handle handle)
     return false;
 }
 
-MetaService::HoldUndo MetaService::hold_created(Handle handle, const proto::CreateOpen &open)
+std::uint32_t MetaService::permitted_modes(const Credentials &cred, const Attr &attr,
+                                           std::uint32_t mode)
 {
+    std::uint32_t permitted = 0;
+    if ((mode & proto::open_read) != 0 && perm::may_access(cred, attr, proto::access_read) == 0)
+        permitted |= proto::open_read;
+    if ((mode & proto::open_write) != 0 && perm::may_access(cred, attr, proto::access_write) == 0)
+        permitted |= proto::open_write;
+    return permitted;
+}
+
+MetaService::HoldUndo MetaService::hold_created(const proto::CreateResponse &made,
+                                                const Credentials &cred,
+                                                const proto::CreateOpen &open)
+{
+    const Handle handle = made.attr.handle;
+    // The creator may use what it made as its open asked; a file found
+    // (not exclusive) only as its permission allows, as an OPEN.
+    const std::uint32_t rights =
+        made.created ? open.mode : permitted_modes(cred, made.attr, open.mode);
     // In the committer, right after the create was applied in this batch:
     // every later unlink (this batch's too) sees the hold, so the file
     // cannot go between the create and its open as it can between a
@@ -71,7 +89,7 @@ MetaService::HoldUndo MetaService::hold_created(Handle handle, const proto::Crea
     const auto mine = std::find_if(holders.begin(), holders.end(),
                                    [&](const Holder &h) { return h.client_id == open.client_id; });
     if (mine == holders.end()) {
-        holders.push_back(Holder{open.client_id, open.gen, open.mode, open.mode});
+        holders.push_back(Holder{open.client_id, open.gen, open.mode, rights});
         undo.added = true;
     } else {
         undo.gen = mine->gen;
@@ -80,7 +98,7 @@ MetaService::HoldUndo MetaService::hold_created(Handle handle, const proto::Crea
         if (mine->gen <= open.gen) {
             mine->gen = open.gen;
             mine->mode |= open.mode;
-            mine->rights |= open.mode;
+            mine->rights |= rights;
         }
     }
     return undo;
@@ -133,13 +151,7 @@ void MetaService::serve_open(const Origin &origin, const Credentials &cred,
     // The open is not refused for want of permission (the kernel decided,
     // and a create's O_RDWR of a 0444 file is right), but only what the
     // permission allows goes into the hold's rights (capabilities).
-    std::uint32_t permitted = 0;
-    if ((req.mode & proto::open_read) != 0 &&
-        perm::may_access(cred, out.attr, proto::access_read) == 0)
-        permitted |= proto::open_read;
-    if ((req.mode & proto::open_write) != 0 &&
-        perm::may_access(cred, out.attr, proto::access_write) == 0)
-        permitted |= proto::open_write;
+    const std::uint32_t permitted = permitted_modes(cred, out.attr, req.mode);
     bool added = false;
     std::string owner;
     {

@@ -586,8 +586,7 @@ void MetaService::apply(meta::WriteBatch &batch, Job &job)
     // same change; one that failed holds nothing.
     if (const auto *c = std::get_if<proto::CreateRequest>(&job.body);
         rc == 0 && c != nullptr && c->open) {
-        job.hold =
-            hold_created(std::get<proto::CreateResponse>(job.response).attr.handle, *c->open);
+        job.hold = hold_created(std::get<proto::CreateResponse>(job.response), job.cred, *c->open);
     }
 }
 

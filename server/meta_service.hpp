@@ -188,7 +188,11 @@ private:
     static void apply_orphan_done(meta::WriteBatch &batch, Job &job);
     [[nodiscard]] bool held_or_dying(Handle handle);
     // A create's open (proto::CreateOpen), registered with the create.
-    [[nodiscard]] HoldUndo hold_created(Handle handle, const proto::CreateOpen &open);
+    [[nodiscard]] HoldUndo hold_created(const proto::CreateResponse &made, const Credentials &cred,
+                                        const proto::CreateOpen &open);
+    // The open_* bits of `mode` that cred's permission on attr allows.
+    [[nodiscard]] static std::uint32_t permitted_modes(const Credentials &cred, const Attr &attr,
+                                                       std::uint32_t mode);
     void undo_hold(const HoldUndo &undo);
     // Whether session client_id holds handle open for writing (a
     // setattr's by_open claim, meta_service.cpp).

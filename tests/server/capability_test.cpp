@@ -263,6 +263,34 @@ ATF_TEST_CASE_BODY(creator_capability)
     require_rc(bob->write(h, 0, test::pattern(10, 11)), -EACCES, "bob writes a 0444 file");
 }
 
+// A create that finds someone else's file (not exclusive) and opens it
+// holds it as an OPEN would: its hold has only the rights the finder's
+// permission gives, so it cannot write the file through it.
+ATF_TEST_CASE_WITHOUT_HEAD(found_file_open_grants_nothing);
+ATF_TEST_CASE_BODY(found_file_open_grants_nothing)
+{
+    test::Cluster cl = make_cluster();
+    auto root = cl.connect();
+    auto alice = connect_user(cl, 1000);
+    auto bob = connect_user(cl, 1001);
+    Attr attr;
+    require_rc(root->mkdir(root_handle, "tmp", 0777, attr), 0, "mkdir 0777");
+    const Handle dir = attr.handle;
+    require_rc(alice->create(dir, "mine", 0644, true, {}, attr), 0, "create 0644");
+    const Handle h = attr.handle;
+    require_rc(alice->write(h, 0, test::pattern(100, 14)), 100, "alice writes");
+    bool created = true;
+    require_rc(bob->create_open(dir, "mine", 0666, false, {},
+                                client::Client::open_read | client::Client::open_write, attr,
+                                &created),
+               0, "bob's non-exclusive create-open of alice's file");
+    require(!created && attr.handle == h, "bob's create made a file");
+    require_rc(bob->write(h, 0, test::pattern(10, 15)), -EACCES, "bob writes through the hold");
+    std::vector<std::byte> back(100);
+    require_rc(bob->read(h, 0, back), 100, "bob reads (0644)");
+    require(back == test::pattern(100, 14), "alice's data changed");
+}
+
 // Destroy is granted only for a handle whose file is gone: never for a
 // live file or one held open after its unlink, never for a handle not
 // issued yet (except to root: pvfs-fsck's garbage).
@@ -336,6 +364,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, wrong_capability_refused);
     ATF_ADD_TEST_CASE(tcs, permission_decides);
     ATF_ADD_TEST_CASE(tcs, creator_capability);
+    ATF_ADD_TEST_CASE(tcs, found_file_open_grants_nothing);
     ATF_ADD_TEST_CASE(tcs, destroy_only_when_gone);
     ATF_ADD_TEST_CASE(tcs, not_required);
 }
