@@ -385,7 +385,6 @@ RawClient::RawClient(const ClusterFiles &files, const std::string &name)
     to = proto::Destination{
         files.cluster.fs_id,
         static_cast<std::uint32_t>(&server_named(files, name) - files.cluster.servers.data())};
-    cap_fs_id = files.cluster.fs_id;
 }
 
 proto::Request RawClient::make_request(proto::RequestBody body)
