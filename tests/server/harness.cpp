@@ -385,6 +385,10 @@ RawClient::RawClient(const ClusterFiles &files, const std::string &name)
     to = proto::Destination{
         files.cluster.fs_id,
         static_cast<std::uint32_t>(&server_named(files, name) - files.cluster.servers.data())};
+    // Kept apart from `to`: a test that unbinds the client (to.reset())
+    // still signs its capabilities for this file system.  (A delegating
+    // constructor cannot initialise members.)
+    cap_fs_id = files.cluster.fs_id; // NOLINT(cppcoreguidelines-prefer-member-initializer)
 }
 
 proto::Request RawClient::make_request(proto::RequestBody body)
@@ -570,10 +574,16 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
             response_size = c.actual_size;
         }
     }
-    // The bulk operations end with the response (or are cancelled).
+    std::optional<proto::DecodeResult> decoded;
+    if (response_done && result.error.empty())
+        decoded =
+            proto::decode(std::span(response_buffer_.data(), response_size), key_, result.response);
+    // The bulk operations end with the response (or are cancelled); a
+    // refused request's data is not taken, so its sends are not waited for.
+    const bool accepted = decoded && *decoded && result.response.status == 0;
     for (const bmi::OpId op : pending) {
         bmi::Completion c;
-        if (!bmi_.test(op, c, response_done && result.error.empty() ? 5000 : 0)) {
+        if (!bmi_.test(op, c, accepted ? 5000 : 0)) {
             bmi_.cancel(op);
             static_cast<void>(bmi_.test(op, c, 5000));
         }
@@ -585,10 +595,8 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
     }
     if (!response_done || !result.error.empty())
         return result;
-    const proto::DecodeResult d =
-        proto::decode(std::span(response_buffer_.data(), response_size), key_, result.response);
-    if (!d) {
-        result.error = "decode: " + d.message();
+    if (!*decoded) {
+        result.error = "decode: " + decoded->message();
         return result;
     }
     if (!proto::answers(result.response, req)) {
