@@ -76,10 +76,6 @@ std::int64_t realtime_ns()
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-// How far past its expiry a capability is still taken: the metadata
-// server's clock and this one's may differ (as the replay guard allows).
-constexpr std::int64_t capability_skew_ns = std::int64_t{120} * 1'000'000'000;
-
 // The handle a data request is about (capability_needed(op) != 0).
 Handle request_handle(const proto::RequestBody &body)
 {
@@ -632,7 +628,8 @@ bool Server::capability_allows(const Origin &origin)
         fault = fmt::format("a capability of file system id {}", cap->fs_id);
     } else if (cap->keyed != key_id.has_value() || (key_id && cap->key_id != *key_id)) {
         fault = "another key's capability";
-    } else if (cap->expires_ns + capability_skew_ns < realtime_ns()) {
+    } else if (cap->expires_ns + std::int64_t{cluster_.defaults.capability_skew_ms} * 1'000'000 <
+               realtime_ns()) {
         fault = fmt::format("a capability expired {} s ago",
                             (realtime_ns() - cap->expires_ns) / 1'000'000'000);
     }

@@ -122,6 +122,9 @@ struct Defaults {
     // without one (false: they check those that come, for a cluster whose
     // clients are not all upgraded yet).
     std::uint32_t capability_ttl_ms = 300'000;
+    // How long after its expiry a data server still takes a capability:
+    // how far its clock may be behind the metadata server's that signed it.
+    std::uint32_t capability_skew_ms = 120'000;
     bool require_capabilities = true;
     // Accepted connections a server keeps open, in all and per source
     // address (docs/bmi.md "Limits"); more are reset at accept.

@@ -342,6 +342,7 @@ private:
                         "lease",
                         "reclaim_after",
                         "capability_ttl",
+                        "capability_skew",
                         "require_capabilities",
                         "max_connections",
                         "max_connections_per_address",
@@ -420,6 +421,12 @@ private:
             // Renewed when a third is left: shorter would renew all the time.
             if (out.capability_ttl_ms < 10'000)
                 fail(*v, "defaults.capability_ttl", "shorter than 10 s");
+        }
+        if (const Value *v = member(d, "capability_skew")) {
+            out.capability_skew_ms = require_duration_ms(*v, "defaults.capability_skew");
+            if (out.capability_skew_ms > 3'600'000)
+                fail(*v, "defaults.capability_skew",
+                     "longer than 60min: synchronise the servers' clocks instead");
         }
         if (const Value *v = member(d, "require_capabilities")) {
             out.require_capabilities = require_bool(*v, "defaults.require_capabilities");
@@ -901,6 +908,8 @@ std::string to_toml(const Cluster &c)
         out += fmt::format("reclaim_after = {}\n", detail::duration_toml(d.reclaim_after_ms));
     if (d.capability_ttl_ms != Defaults{}.capability_ttl_ms)
         out += fmt::format("capability_ttl = {}\n", detail::duration_toml(d.capability_ttl_ms));
+    if (d.capability_skew_ms != Defaults{}.capability_skew_ms)
+        out += fmt::format("capability_skew = {}\n", detail::duration_toml(d.capability_skew_ms));
     if (!d.require_capabilities)
         out += "require_capabilities = false\n";
     // The connection caps only when not the defaults: the text (and hash)

@@ -147,6 +147,7 @@ config::Cluster unusual_cluster()
     c.defaults.max_connections = 100;
     c.defaults.max_connections_per_address = 5;
     c.defaults.hello_timeout_ms = 2500;
+    c.defaults.capability_skew_ms = 5000;
     c.defaults.frame_timeout_ms = 120'000;
     c.defaults.frame_min_rate = 1000;
     c.defaults.unexpected_total_bytes = std::uint64_t{1} << 30U;
@@ -189,6 +190,7 @@ ATF_TEST_CASE_BODY(example_parses)
     ATF_REQUIRE_EQ(c.defaults.max_connections, 4096U);
     ATF_REQUIRE_EQ(c.defaults.max_connections_per_address, 64U);
     ATF_REQUIRE_EQ(c.defaults.hello_timeout_ms, 10'000U);
+    ATF_REQUIRE_EQ(c.defaults.capability_skew_ms, 120'000U);
     ATF_REQUIRE_EQ(c.defaults.frame_timeout_ms, 30'000U);
     ATF_REQUIRE_EQ(c.defaults.frame_min_rate, 4096U);
     ATF_REQUIRE_EQ(c.defaults.unexpected_total_bytes, std::uint64_t{256} << 20U);
@@ -247,12 +249,12 @@ ATF_TEST_CASE_BODY(round_trip)
     ATF_REQUIRE(config::to_toml(example.cluster).find("max_connections") == std::string::npos);
     for (const char *line :
          {"hello_timeout = \"2500ms\"\n", "frame_timeout = \"2min\"\n", "frame_min_rate = 1000\n",
-          "unexpected_total_bytes = \"1GiB\"\n", "early_total_bytes = \"32MiB\"\n",
-          "send_queue_bytes = \"256KiB\"\n"}) {
+          "capability_skew = \"5s\"\n", "unexpected_total_bytes = \"1GiB\"\n",
+          "early_total_bytes = \"32MiB\"\n", "send_queue_bytes = \"256KiB\"\n"}) {
         require_msg(text.find(line) != std::string::npos, std::string("no ") + line + text);
     }
     // The other BMI limits likewise.
-    for (const char *key : {"hello_timeout", "frame_timeout", "frame_min_rate",
+    for (const char *key : {"hello_timeout", "frame_timeout", "frame_min_rate", "capability_skew",
                             "unexpected_total_bytes", "early_total_bytes", "send_queue_bytes"}) {
         require_msg(config::to_toml(example.cluster).find(key) == std::string::npos,
                     std::string(key) + " written at its default");
@@ -411,6 +413,8 @@ ATF_TEST_CASE_BODY(defaults_errors)
                  "t.toml:19: defaults.max_connections: ", "0 is not in 1 .. 1048576");
     expect_error(defaults("max_connections_per_address = 1048577"),
                  "t.toml:19: defaults.max_connections_per_address: ", "is not in");
+    expect_error(defaults("capability_skew = \"61min\""),
+                 "t.toml:19: defaults.capability_skew: ", "longer than 60min");
     expect_error(defaults("hello_timeout = \"50ms\""),
                  "t.toml:19: defaults.hello_timeout: ", "50ms out of range 100ms..60min");
     expect_error(defaults("frame_timeout = \"2h\""), "t.toml:19: defaults.frame_timeout: ", "");
