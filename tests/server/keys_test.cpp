@@ -31,41 +31,20 @@
 #include <fmt/format.h>
 
 #include "harness.hpp"
+#include "keyed_cluster.hpp"
 #include "pvfs/client.hpp"
 
 namespace {
 
 using namespace pvfs;
 using namespace std::chrono_literals;
+using pvfs::test::key_ok;
+using pvfs::test::KeyedCluster;
+using pvfs::test::pvfs_key;
 using pvfs::test::require;
 using pvfs::test::require_rc;
 
 constexpr std::uint32_t nobody = 65534;
-
-// Runs pvfs-key with `args`; its exit status, its output in `out`.
-int pvfs_key(const std::vector<std::string> &args, std::string &out)
-{
-    std::string command = PVFS_KEY_BINARY;
-    for (const std::string &a : args)
-        command += " '" + a + "'";
-    command += " 2>&1";
-    // NOLINTNEXTLINE(cert-env33-c): runs the tool under test
-    FILE *p = ::popen(command.c_str(), "r");
-    require(p != nullptr, "popen pvfs-key");
-    out.clear();
-    char buf[4096];
-    while (std::fgets(buf, sizeof buf, p) != nullptr)
-        out += buf;
-    const int status = ::pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
-void key_ok(const std::vector<std::string> &args)
-{
-    std::string out;
-    const int rc = pvfs_key(args, out);
-    require(rc == 0, fmt::format("pvfs-key {}: status {}: {}", args.front(), rc, out));
-}
 
 std::string read_text(const std::string &path)
 {
@@ -73,85 +52,6 @@ std::string read_text(const std::string &path)
     text << std::ifstream(path).rdbuf();
     return text.str();
 }
-
-// A cluster whose servers take client keys from cluster/clients: keys are
-// added with pvfs-key before the servers restart with client_keys set.
-struct KeyedCluster : test::Cluster {
-    std::string clients;
-    std::string dir;
-
-    // `keys`: pvfs-key add arguments after the name, per client.
-    // `before_keys` runs while the servers still serve the cluster key only.
-    // `extra`: more [defaults] lines.
-    explicit KeyedCluster(const std::vector<std::vector<std::string>> &keys,
-                          const std::function<void(test::Cluster &)> &before_keys = {},
-                          const std::string &extra = "")
-        : test::Cluster(test::servers(1, 1), "request_timeout = \"10s\"\n" + extra,
-                        test::fresh_attrs())
-    {
-        if (before_keys)
-            before_keys(*this);
-        dir = files.dir.string();
-        clients = dir + "/clients";
-        for (const auto &k : keys) {
-            std::vector<std::string> args{"add",   k.at(0), "--file",
-                                          clients, "--out", key_path(k.at(0))};
-            args.insert(args.end(), k.begin() + 1, k.end());
-            key_ok(args);
-        }
-        for (const char *name : {"meta0", "data0"})
-            require(servers[name]->stop(SIGTERM) == 0, std::string("clean stop of ") + name);
-        servers.clear();
-        std::string config = read_text(files.config_path);
-        const std::size_t at = config.find("key_file =");
-        require(at != std::string::npos, "config without key_file");
-        config.insert(at, fmt::format("client_keys = \"{}\"\n", clients));
-        std::ofstream(files.config_path) << config;
-        start_all();
-    }
-
-    [[nodiscard]] std::string key_path(const std::string &name) const
-    {
-        return dir + "/" + name + ".key";
-    }
-
-    // A client with `name`'s key, as uid:gid.
-    [[nodiscard]] std::unique_ptr<client::Client> as(const std::string &name, std::uint32_t uid,
-                                                     std::uint32_t gid) const
-    {
-        return connect_as(name, uid, gid, {});
-    }
-    [[nodiscard]] std::unique_ptr<client::Client>
-    connect_as(const std::string &name, std::uint32_t uid, std::uint32_t gid,
-               std::vector<std::uint32_t> groups) const
-    {
-        client::Options o = test::fresh_attrs();
-        o.request_timeout = 10s;
-        o.key_file = key_path(name);
-        o.credentials.uid = uid;
-        o.credentials.gid = gid;
-        o.credentials.groups = std::move(groups);
-        return connect(std::move(o));
-    }
-
-    // A raw client of the metadata server with `key_file` (get_config
-    // needs no destination, so it probes the key alone).
-    [[nodiscard]] test::RawClient raw(const std::string &key_file) const
-    {
-        return {files.cluster.servers.at(0).addresses.at(0), key_file};
-    }
-
-    // A raw client of the metadata server under `name`'s key, bound to it.
-    [[nodiscard]] std::unique_ptr<test::RawClient> meta(const std::string &name) const
-    {
-        auto r = std::make_unique<test::RawClient>(files.cluster.servers.at(0).addresses.at(0),
-                                                   key_path(name));
-        r->to = proto::Destination{files.cluster.fs_id, 0};
-        return r;
-    }
-
-    [[nodiscard]] std::string log() const { return servers.at("meta0")->log_text(); }
-};
 
 // The status a get_config under `key_file` is answered with; -1 when none
 // came within `timeout_ms`.
