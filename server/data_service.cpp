@@ -556,7 +556,9 @@ void DataService::start_flow(const Origin &origin, Handle handle,
     std::optional<proto::SessionKey> mac_key;
     if (const std::optional<bmi::Identity> id = loop_.bmi().peer_identity(origin.peer)) {
         if (!macs) {
-            if (bulk && !options_.macs_optional) {
+            // Sealed: the AEAD authenticates the chunks as they come (a
+            // sealed peer's chunks come only over sealed connections).
+            if (bulk && !options_.macs_optional && id->cipher == bmi::Cipher::none) {
                 loop_.log_bulk_refusal(origin, fmt::format("{} bytes of bulk data without chunk "
                                                            "MACs (a client older than them?)",
                                                            total));

@@ -349,6 +349,18 @@ void Loop::Impl::attach_macs(Rpc &r, bmi::Addr to) const
     if (r.pieces.empty() || r.no_macs)
         return;
     const std::optional<bmi::Identity> id = bmi->peer_identity(to);
+    // A sealed connection's AEAD already authenticates every byte it
+    // carries, chunks included, in order: MACs would add only their cost
+    // (docs/security.md "Encryption").  BMI keeps a sealed connection and
+    // an unsealed one of the same process apart, as two peers.
+    if (id && id->cipher != bmi::Cipher::none) {
+        // A retry after the first contact drops those it was sent with.
+        if (auto *write = std::get_if<proto::WriteRequest>(&r.req.body))
+            write->macs.reset();
+        else if (auto *read = std::get_if<proto::ReadRequest>(&r.req.body))
+            read->macs.reset();
+        return;
+    }
     r.mac_key = id ? id->session_key : proto::SessionKey{};
     proto::ChunkMacs macs{proto::session_key_check(r.mac_key), {}};
     if (auto *write = std::get_if<proto::WriteRequest>(&r.req.body)) {

@@ -164,7 +164,11 @@ std::string refusal_text(int error)
 Addr Core::peer_for_identity(Method &method, const Identity &id, const std::string &label)
 {
     // A record separator cannot start a URL: no lookup names this key.
-    const std::string key = fmt::format("\x1eid:{}\x1f{:016x}", id.name, id.incarnation);
+    // The cipher is part of it: a process's sealed and unsealed
+    // connections are two peers, so what a receive posted for a sealed
+    // peer takes came sealed (pvfs then needs no chunk MACs on it).
+    const std::string key = fmt::format("\x1eid:{}\x1f{:016x}\x1f{}", id.name, id.incarnation,
+                                        static_cast<int>(id.cipher));
     Addr addr = no_addr;
     if (const auto it = addr_by_url_.find(key); it != addr_by_url_.end())
         addr = it->second;

@@ -260,6 +260,28 @@ ATF_TEST_CASE_BODY(fs_round_trip)
     require(got == want, "read back through sealed connections: bytes differ");
 }
 
+// Bulk data needs no chunk MACs over a sealed connection (its AEAD
+// authenticates every chunk, tampered_frame_closes), and libpvfs sends
+// none there; over a plain one of the same server it is still refused.
+ATF_TEST_CASE_WITHOUT_HEAD(sealed_bulk_needs_no_macs);
+ATF_TEST_CASE_BODY(sealed_bulk_needs_no_macs)
+{
+    DataCluster dc(false);
+    RawClient sealed(dc.files.cluster.find("data0")->addresses.at(0), dc.files.key_path, true);
+    sealed.to = dc.client.to;
+    sealed.cap_fs_id = dc.files.cluster.fs_id;
+    sealed.chunk_macs = false;
+    const Handle h = make_handle(0, 30);
+    const std::vector<std::byte> data = marked(3 * std::size_t{chunk} + 99, 5);
+    require_status(sealed.call(proto::StatusRequest{}), 0, "status, sealed");
+    require_status(sealed.call(write_of(h, 0, data.size()), 20000, data, {}, chunk), 0,
+                   "a sealed write without chunk MACs");
+    require(read_back(sealed, h, data.size()) == data, "a sealed read without MACs: bytes differ");
+    dc.client.chunk_macs = false;
+    require_status(dc.client.call(write_of(h, 0, data.size()), 20000, data, {}, chunk), EPROTO,
+                   "a plain write without chunk MACs");
+}
+
 // The file's bytes on the wire: absent sealed, present plain (so that the
 // first check can fail).
 ATF_TEST_CASE_WITHOUT_HEAD(no_plaintext_on_the_wire);
@@ -347,6 +369,7 @@ ATF_TEST_CASE_BODY(ib_refused)
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, fs_round_trip);
+    ATF_ADD_TEST_CASE(tcs, sealed_bulk_needs_no_macs);
     ATF_ADD_TEST_CASE(tcs, no_plaintext_on_the_wire);
     ATF_ADD_TEST_CASE(tcs, tampered_frame_closes);
     ATF_ADD_TEST_CASE(tcs, plain_client_refused);
