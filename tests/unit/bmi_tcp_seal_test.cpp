@@ -647,6 +647,36 @@ ATF_TEST_CASE_BODY(client_asks_server_agrees)
     require(!contains(t.relay->downstream(), marker), "the marker crossed, server to client");
 }
 
+// One process (one incarnation) with a sealed and a plain connection under
+// the same key: two peers at the server, so what a receive posted for the
+// sealed one takes came sealed (pvfs skips chunk MACs on sealed peers).
+ATF_TEST_CASE_WITHOUT_HEAD(sealed_and_plain_are_two_peers);
+ATF_TEST_CASE_BODY(sealed_and_plain_are_two_peers)
+{
+    Server s;
+    s.add(make_key("node1", 1, false));
+    Client c;
+    const bmi::Addr sealed = c.lookup(s.url, make_key("node1", 1, true));
+    const bmi::Addr plain = c.lookup(s.url, make_key("node1", 1, false));
+    require(sealed != plain, "one Addr for the sealed and the plain key at the client");
+    Pump pump{s, c, {}, {}};
+    const std::string text = "hello";
+    for (const bmi::Addr to : {sealed, plain})
+        require(pump.wait(c.bmi, c.bmi.post_sendunexpected(to, text.data(), text.size(), 1, nullptr,
+                                                           c.ctx)) == 0,
+                "send");
+    require(pump.wait_unexpected(2), "the two messages did not arrive");
+    const bmi::Addr a = pump.unexpected.at(0).peer();
+    const bmi::Addr b = pump.unexpected.at(1).peer();
+    require(a != b, "the sealed and the plain connection are one peer at the server");
+    const std::optional<bmi::Identity> ia = s.bmi.peer_identity(a);
+    const std::optional<bmi::Identity> ib = s.bmi.peer_identity(b);
+    require(ia && ib && ia->name == ib->name && ia->incarnation == ib->incarnation,
+            "not the same key and process");
+    require((ia->cipher == bmi::Cipher::none) != (ib->cipher == bmi::Cipher::none),
+            "not one sealed and one plain");
+}
+
 // A relay that strips the client's request for encryption from its hello:
 // the handshake's MACs fail (the flags are in the transcript), the client
 // is refused and nothing goes in the clear.
@@ -676,4 +706,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, server_requires_encryption);
     ATF_ADD_TEST_CASE(tcs, client_asks_server_agrees);
     ATF_ADD_TEST_CASE(tcs, downgrade_caught);
+    ATF_ADD_TEST_CASE(tcs, sealed_and_plain_are_two_peers);
 }
