@@ -2,9 +2,10 @@
 //
 // The input is decoded as a whole request and as a whole response under a
 // fixed key.  Random bytes rarely carry a valid MAC, so the input is also
-// taken as a body: byte 0 picks the op, byte 1 request or response, the
-// rest is the body, wrapped in an envelope with a correct MAC, so that the
-// body parsers see arbitrary bytes.  Whatever decodes must re-encode to the
+// taken as a body: byte 0 picks the op, byte 1 request or response (bit 0)
+// and, for a request, an envelope with a capability (bit 1), the rest is
+// the body, wrapped in an envelope with a correct MAC, so that the body
+// parsers see arbitrary bytes.  Whatever decodes must re-encode to the
 // very same bytes (the encoding is canonical) and decode to an equal value.
 #include <algorithm>
 #include <array>
@@ -67,12 +68,35 @@ void put_u32(std::vector<std::byte> &m, std::size_t at, std::uint32_t v)
     }
 }
 
-// A signed envelope around `body` for op `op`.
-std::vector<std::byte> wrap(bool request, std::uint16_t op, std::span<const std::byte> body)
+// A signed envelope around `body` for op `op`; `with_capability`: a
+// request's envelope carries a capability (and a destination), so that
+// the capability decoder sees every op, data op or not.
+std::vector<std::byte> wrap(bool request, std::uint16_t op, std::span<const std::byte> body,
+                            bool with_capability)
 {
     std::vector<std::byte> m;
     std::size_t header = 0;
-    if (request) {
+    if (request && with_capability) {
+        proto::Request r{.request_id = 1,
+                         .session = 2,
+                         .seq = 3,
+                         .time_ns = 4,
+                         .cred = {},
+                         .body = proto::StatfsRequest{}};
+        r.to = proto::Destination{7, 1};
+        proto::Capability cap;
+        cap.handle = 0x1234;
+        cap.rights = proto::cap_read | proto::cap_write;
+        cap.fs_id = 7;
+        cap.keyed = true;
+        cap.key_id = 0x55;
+        cap.expires_ns = 1'000'000'000;
+        cap.tag.fill(std::byte{0x5c});
+        r.cap = cap;
+        (void)proto::encode(r, fuzz_key(), m);
+        // An empty body: the envelope is all but its length and the MAC.
+        header = m.size() - 4 - proto::mac_size;
+    } else if (request) {
         const proto::Request r{.request_id = 1,
                                .session = 2,
                                .seq = 3,
@@ -109,7 +133,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
     if (size >= 2) {
         const auto op = static_cast<std::uint16_t>(data[0] % proto::op_count + 1);
         const bool request = (data[1] & 1U) == 0;
-        const std::vector<std::byte> m = wrap(request, op, input.subspan(2));
+        const bool with_capability = (data[1] & 2U) != 0;
+        const std::vector<std::byte> m = wrap(request, op, input.subspan(2), with_capability);
         if (request) {
             round_trip<proto::Request>(m);
         } else {
