@@ -135,6 +135,18 @@ void MetaService::drop_holds(std::uint64_t client_id)
     seen_.erase(client_id);
 }
 
+// What the hold's rights allow, signed into the answer when the client
+// asked: its first read or write then needs no capability request.
+void MetaService::add_open_capability(const Origin &origin, Handle handle, std::uint32_t rights,
+                                      proto::OpenResponse &out) const
+{
+    const std::uint32_t cap_rights = ((rights & proto::open_read) != 0 ? proto::cap_read : 0U) |
+                                     ((rights & proto::open_write) != 0 ? proto::cap_write : 0U);
+    if (origin.wants_capability && settings_.capability_key && cap_rights != 0 &&
+        out.attr.type == ObjectType::regular)
+        out.cap = grant(origin, handle, cap_rights);
+}
+
 void MetaService::serve_open(const Origin &origin, const Credentials &cred,
                              const proto::OpenRequest &req)
 {
@@ -152,6 +164,7 @@ void MetaService::serve_open(const Origin &origin, const Credentials &cred,
     // and a create's O_RDWR of a 0444 file is right), but only what the
     // permission allows goes into the hold's rights (capabilities).
     const std::uint32_t permitted = permitted_modes(cred, out.attr, req.mode);
+    std::uint32_t held = permitted; // the hold's rights after this open
     bool added = false;
     std::string owner;
     {
@@ -191,8 +204,12 @@ void MetaService::serve_open(const Origin &origin, const Credentials &cred,
             mine->gen = req.gen;
             mine->mode |= req.mode;
             mine->rights |= permitted;
+            held = mine->rights;
+        } else {
+            held = mine->rights;
         }
     }
+    add_open_capability(origin, req.handle, held, out);
     if (was_orphan) {
         loop_.respond(origin, out);
         return;

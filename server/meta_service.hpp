@@ -174,6 +174,10 @@ private:
     // A capability of `rights` over handle for the request's key, signed.
     [[nodiscard]] proto::Capability grant(const Origin &origin, Handle handle,
                                           std::uint32_t rights) const;
+    // An open's answer gets the hold's rights (open_* bits) as a
+    // capability, when its request asked (meta_open.cpp).
+    void add_open_capability(const Origin &origin, Handle handle, std::uint32_t rights,
+                             proto::OpenResponse &out) const;
     // Whether session client_id (of `key`) holds handle open with every
     // open_* bit of `mode`.
     [[nodiscard]] bool holds_open(std::uint64_t client_id, std::string_view key, Handle handle,

@@ -762,6 +762,11 @@ struct SessionResponse {
 struct OpenResponse {
     Attr attr;
     std::uint64_t server_boot = 0; // as SessionResponse's: changed, re-send opens with reclaim
+    // Trailing, only in the answer to a request with request_wants_capability
+    // that opened a regular file with some right: the hold's rights over
+    // its data (cap_read, cap_write), so that its first I/O needs no
+    // capability request.
+    std::optional<Capability> cap;
     friend bool operator==(const OpenResponse &, const OpenResponse &) = default;
 };
 struct CloseResponse {
@@ -853,9 +858,11 @@ inline constexpr std::uint32_t request_chunk_macs = 32;
 // A Capability follows the key id (or the destination, or the once ids),
 // under the MAC: only on the data ops that need one (capability_needed).
 inline constexpr std::uint32_t request_capability = 64;
-// A create whose answer may carry a capability (CreateResponse::cap) for
-// the file it made: its creator may write it whatever its mode, as the
-// descriptor of open(O_CREAT) may.  Only on op create.
+// A create or open whose answer may carry a capability: a create's
+// (CreateResponse::cap) for the file it made, whose creator may write it
+// whatever its mode, as the descriptor of open(O_CREAT) may; an open's
+// (OpenResponse::cap) with the rights its hold got.  Only on ops create
+// and open.
 inline constexpr std::uint32_t request_wants_capability = 128;
 inline constexpr std::uint32_t request_flags =
     request_has_once | request_knows_orphaned | request_bound | request_create_opens |

@@ -126,6 +126,11 @@ Task<int> Client::co_open(Handle handle, std::uint32_t mode, std::uint64_t gen, 
     proto::RequestBody request = proto::OpenRequest{handle, m.client_id, mode, gen, reclaim};
     if (const int rc = co_await m.call_body(server, std::move(request), r); rc != 0)
         co_return rc;
+    if (r.cap) {
+        if (r.cap->handle != handle)
+            co_return -EPROTO;
+        m.remember_capability(*r.cap);
+    }
     Impl::Opened &o = m.opened[handle];
     ++o.count;
     o.gen = std::max(o.gen, gen);

@@ -228,7 +228,7 @@ struct Client::Impl {
         // co_unlink/co_rename read `orphaned`; only they say so, so that
         // the rest still reaches a server that does not know the flag.
         r.req.knows_orphaned = r.req.op() == proto::Op::remove || r.req.op() == proto::Op::rename;
-        r.req.wants_capability = r.req.op() == proto::Op::create;
+        r.req.wants_capability = r.req.op() == proto::Op::create || r.req.op() == proto::Op::open;
         SlotHold hold;
         take_once(r, hold);
         Rpc *p = &r;

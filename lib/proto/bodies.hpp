@@ -393,6 +393,7 @@ template <class Io, Is<OpenResponse> B> void fields(Io &io, B &b)
 {
     fields(io, b.attr);
     io.num(b.server_boot);
+    io.trailing(b.cap, [&io](auto &c) { fields(io, c); });
 }
 
 template <class Io, Is<CloseResponse> B> void fields(Io &io, B &b)

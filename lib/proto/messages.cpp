@@ -451,8 +451,9 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
     }
     out.knows_orphaned = (flags & request_knows_orphaned) != 0;
     out.wants_capability = (flags & request_wants_capability) != 0;
-    if (d.ok() && out.wants_capability && op != Op::create) {
-        d.fail(DecodeError::bad_flags, "wants_capability flag on another op than create", flags);
+    if (d.ok() && out.wants_capability && op != Op::create && op != Op::open) {
+        d.fail(DecodeError::bad_flags, "wants_capability flag on another op than create or open",
+               flags);
     }
     d.num(out.request_id);
     d.num(out.session);

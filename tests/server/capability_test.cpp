@@ -263,6 +263,73 @@ ATF_TEST_CASE_BODY(creator_capability)
     require_rc(bob->write(h, 0, test::pattern(10, 11)), -EACCES, "bob writes a 0444 file");
 }
 
+namespace {
+
+// Capability requests the metadata server has answered so far.
+std::uint64_t capability_requests(client::Client &c)
+{
+    for (const client::ServerStatus &s : c.status_all(true)) {
+        if (s.name != "meta0" || !s.status.counters)
+            continue;
+        for (const OpCounters &o : s.status.counters->ops)
+            if (o.op == static_cast<std::uint16_t>(proto::Op::capability))
+                return o.requests;
+        return 0;
+    }
+    ATF_FAIL("no counters from meta0");
+}
+
+} // namespace
+
+// An open's answer carries a capability with its hold's rights: the
+// opener's reads and writes need no capability request.  An open without
+// the permission gets none.
+ATF_TEST_CASE_WITHOUT_HEAD(open_carries_capability);
+ATF_TEST_CASE_BODY(open_carries_capability)
+{
+    test::Cluster cl = make_cluster();
+    auto root = cl.connect();
+    Attr attr;
+    require_rc(root->mkdir(root_handle, "tmp", 0777, attr), 0, "mkdir 0777");
+    const Handle dir = attr.handle;
+    {
+        auto creator = connect_user(cl, 1000);
+        require_rc(creator->create(dir, "f", 0600, true, {}, attr), 0, "create 0600");
+    }
+    const Handle h = attr.handle;
+    auto alice = connect_user(cl, 1000, 0xA11CE0002);
+    const std::uint64_t before = capability_requests(*root);
+    require_rc(alice->open(h, client::Client::open_read | client::Client::open_write, attr), 0,
+               "open for reading and writing");
+    const std::vector<std::byte> data = test::pattern(std::size_t{2} * chunk, 16);
+    require_rc(alice->write(h, 0, data), static_cast<std::int64_t>(data.size()), "write");
+    std::vector<std::byte> back(data.size());
+    require_rc(alice->read(h, 0, back), static_cast<std::int64_t>(back.size()), "read");
+    require(back == data, "read back: bytes differ");
+    const std::uint64_t after = capability_requests(*root);
+    require(after == before, "the opener asked for " + std::to_string(after - before) +
+                                 " capabilities after its open");
+    // The answers themselves, asked raw: alice's has both rights, bob's
+    // (no permission on the 0600 file) none.
+    RawClient meta(cl.files, "meta0");
+    meta.wants_capability = true;
+    for (const std::uint32_t uid : {1000U, 1001U}) {
+        meta.cred.uid = uid;
+        meta.cred.gid = uid;
+        const Call c = meta.call(proto::OpenRequest{
+            h, 0xB0B0000 + uid, client::Client::open_read | client::Client::open_write, 1, false});
+        require_status(c, 0, "a raw open as uid " + std::to_string(uid));
+        const auto &open = std::get<proto::OpenResponse>(c.response.body);
+        if (uid == 1000)
+            require(open.cap && open.cap->handle == h &&
+                        open.cap->rights == (proto::cap_read | proto::cap_write) &&
+                        proto::capability_signed(proto::capability_key(meta.key()), *open.cap),
+                    "the owner's open: no capability with both rights");
+        else
+            require(!open.cap, "an open without the permission got a capability");
+    }
+}
+
 // A create that finds someone else's file (not exclusive) and opens it
 // holds it as an OPEN would: its hold has only the rights the finder's
 // permission gives, so it cannot write the file through it.
@@ -365,6 +432,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, permission_decides);
     ATF_ADD_TEST_CASE(tcs, creator_capability);
     ATF_ADD_TEST_CASE(tcs, found_file_open_grants_nothing);
+    ATF_ADD_TEST_CASE(tcs, open_carries_capability);
     ATF_ADD_TEST_CASE(tcs, destroy_only_when_gone);
     ATF_ADD_TEST_CASE(tcs, not_required);
 }

@@ -401,6 +401,7 @@ proto::Request RawClient::make_request(proto::RequestBody body)
     r.cred = cred;
     r.once = once;
     r.to = to;
+    r.wants_capability = wants_capability;
     r.body = std::move(body);
     if (const std::uint32_t rights = proto::capability_needed(r.op());
         rights != 0 && capabilities) {

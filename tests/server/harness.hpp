@@ -199,6 +199,7 @@ public:
     Credentials cred;                     // sent with every request
     proto::OnceIds once;                  // likewise (none by default)
     std::optional<proto::Destination> to; // likewise
+    bool wants_capability = false;        // likewise (request_wants_capability)
 
     // Chunk MACs (docs/protocol.md "Chunk MACs"): call() gives a read or
     // write with bulk data (and chunk > 0) the MACs libpvfs would, under

@@ -805,6 +805,34 @@ ATF_TEST_CASE_BODY(capability_field)
     }
 }
 
+// request_wants_capability: on create and open only.
+ATF_TEST_CASE_WITHOUT_HEAD(wants_capability_flag);
+ATF_TEST_CASE_BODY(wants_capability_flag)
+{
+    const auto key = samples::test_key();
+    for (const proto::RequestBody &body :
+         {proto::RequestBody{proto::OpenRequest{
+              .handle = 7, .client_id = 1, .mode = 1, .gen = 1, .reclaim = false}},
+          proto::RequestBody{proto::CreateRequest{.parent = 1,
+          .name = "f",
+          .mode = 0644,
+          .exclusive = false,
+          .layout = {},
+          .open = std::nullopt}}}) {
+        proto::Request req = samples::request(body);
+        req.cap.reset();
+        req.wants_capability = true;
+        proto::Request back;
+        ATF_REQUIRE(proto::decode(encoded(req, key), key, back));
+        ATF_REQUIRE(back.wants_capability);
+    }
+    proto::Request lookup = samples::request(proto::LookupRequest{.parent = 1, .name = "f"});
+    lookup.cap.reset();
+    lookup.wants_capability = true;
+    require_error(decode_request(encoded(lookup, key)), DecodeError::bad_flags,
+                  "wants_capability on lookup");
+}
+
 // Chunk MACs travel at the end of a read's or write's body, with the
 // envelope flag that says so; the two must agree, and the list is bounded.
 ATF_TEST_CASE_WITHOUT_HEAD(chunk_macs_field);
@@ -1522,6 +1550,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, orphaned_field);
     ATF_ADD_TEST_CASE(tcs, create_open_field);
     ATF_ADD_TEST_CASE(tcs, chunk_macs_field);
+    ATF_ADD_TEST_CASE(tcs, wants_capability_flag);
     ATF_ADD_TEST_CASE(tcs, capability_field);
     ATF_ADD_TEST_CASE(tcs, open_close_values);
     ATF_ADD_TEST_CASE(tcs, once_ids);
