@@ -1,5 +1,6 @@
 // The TCP method's progress engines (libnet/methods/tcp/engine.hpp): what
-// one wait reports for a socket that was woken more than once.
+// one wait reports for a socket that was woken more than once, and for one
+// whose watch another thread, since ended, set up.
 #include <atf-c++.hpp>
 
 #include "engine.hpp"
@@ -11,6 +12,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "pvfs/unique_fd.hpp"
 
@@ -97,7 +99,59 @@ void one_event_per_key(const std::string &name)
     engine->remove(q.b.get(), other);
 }
 
+// A watch added (and submitted) by a thread that then exits: io_uring
+// cancels that task's requests as it goes, and the engine must arm the
+// key again, or the socket is never reported (pvfs found it as a client
+// whose reconnect ran in a thread that then ended: its next read hung).
+// The socket is still reported, once per wait, and after modifies from
+// here too.
+void watched_across_thread_exit(const std::string &name)
+{
+    const auto engine = bmi::tcp::make_engine(name);
+    SocketPair p;
+    constexpr std::uint64_t key = 11;
+    std::array<bmi::tcp::ReadyEvent, 8> out{};
+    std::thread armer([&] {
+        engine->add(p.b.get(), key, EPOLLIN);
+        engine->modify(p.b.get(), key, EPOLLIN | EPOLLOUT);
+        engine->modify(p.b.get(), key, EPOLLIN);
+        static_cast<void>(engine->wait(out, 0)); // submits them
+    });
+    armer.join();
+    send_byte(p.a.get());
+    bool seen = false;
+    for (int round = 0; round < 10 && !seen; ++round) {
+        const std::size_t n = engine->wait(out, 200);
+        for (std::size_t i = 0; i < n; ++i)
+            seen = seen || (out[i].key == key && (out[i].events & EPOLLIN) != 0);
+    }
+    if (!seen)
+        ATF_FAIL("the socket armed by an exited thread was never reported");
+    ATF_REQUIRE_EQ(drain(p.b.get()), 1U);
+    for (int i = 0; i < 3; ++i)
+        engine->modify(p.b.get(), key, EPOLLIN);
+    send_byte(p.a.get());
+    std::size_t n = 0;
+    for (int round = 0; round < 10 && n == 0; ++round)
+        n = engine->wait(out, 200);
+    ATF_REQUIRE_EQ(n, 1U);
+    ATF_REQUIRE_EQ(drain(p.b.get()), 1U);
+    engine->remove(p.b.get(), key);
+}
+
 } // namespace
+
+ATF_TEST_CASE_WITHOUT_HEAD(watched_across_thread_exit_epoll);
+ATF_TEST_CASE_BODY(watched_across_thread_exit_epoll)
+{
+    watched_across_thread_exit("epoll");
+}
+
+ATF_TEST_CASE_WITHOUT_HEAD(watched_across_thread_exit_uring);
+ATF_TEST_CASE_BODY(watched_across_thread_exit_uring)
+{
+    watched_across_thread_exit("uring");
+}
 
 ATF_TEST_CASE_WITHOUT_HEAD(one_event_per_key_epoll);
 ATF_TEST_CASE_BODY(one_event_per_key_epoll)
@@ -115,4 +169,6 @@ ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, one_event_per_key_epoll);
     ATF_ADD_TEST_CASE(tcs, one_event_per_key_uring);
+    ATF_ADD_TEST_CASE(tcs, watched_across_thread_exit_epoll);
+    ATF_ADD_TEST_CASE(tcs, watched_across_thread_exit_uring);
 }

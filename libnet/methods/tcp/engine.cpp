@@ -150,14 +150,17 @@ public:
                 continue; // removed meanwhile
             if (res >= 0)
                 n = add_event(out, n, key, static_cast<std::uint32_t>(res));
-            // A multishot poll that ended (error, overflow, or replaced by
-            // modify) is armed again if the fd is still watched.
-            if (!more && res != -ECANCELED)
+            // A multishot poll that ended (an error, an overflow, replaced
+            // by modify, or cancelled by the kernel because the thread that
+            // armed it exited: io_uring cancels a task's requests when it
+            // does) leaves the key unwatched once it was the key's last:
+            // armed again then, by this thread.
+            if (!more && it->second.polls > 0 && --it->second.polls == 0)
                 rearm_.emplace_back(it->second.fd, key);
         }
         for (const auto &[fd, key] : rearm_) {
             auto it = watched_.find(key);
-            if (it != watched_.end())
+            if (it != watched_.end() && it->second.polls == 0)
                 arm(fd, key, it->second.events);
         }
         return n;
@@ -188,6 +191,7 @@ private:
     struct Watch {
         int fd = -1;
         std::uint32_t events = 0;
+        int polls = 0; // armed and not yet ended (their last completion unseen)
     };
 
     io_uring_sqe *sqe_for_submit()
@@ -218,6 +222,8 @@ private:
     // must know the peer's FIN from data (see Engine).
     void arm(int fd, std::uint64_t key, std::uint32_t events)
     {
+        if (auto it = watched_.find(key); it != watched_.end())
+            ++it->second.polls;
         io_uring_sqe *sqe = sqe_for_submit();
         ::io_uring_prep_poll_multishot(sqe, fd, events | EPOLLERR | EPOLLHUP | EPOLLRDHUP);
         ::io_uring_sqe_set_data64(sqe, key);
