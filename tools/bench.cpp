@@ -99,6 +99,7 @@ struct Plan {
     std::uint64_t random_reads = 0; // 0: the read phase reads the region in order
     bool hold = false;              // each client holds the file open while it writes
     bool no_chunk_macs = false;     // bulk data without chunk MACs (insecure_benchmark_only)
+    bool no_capabilities = false;   // data requests without capabilities (likewise)
 };
 
 // Where a client's bytes go: the pvfs client library, or a local file
@@ -229,6 +230,7 @@ std::int64_t drop_caches()
         o.target = p.target.target;
         o.key_file = p.target.key_file;
         o.chunk_macs = !p.no_chunk_macs;
+        o.capabilities = !p.no_capabilities;
         std::string error;
         c = client::Client::connect(o, error);
         if (!c)
@@ -334,6 +336,10 @@ static int run(int argc, char **argv)
     app.flag("--insecure-no-chunk-macs", plan.no_chunk_macs,
              "move bulk data without chunk MACs, to measure what they cost (only a cluster "
              "whose config sets insecure_benchmark_only, all on loopback, accepts it)");
+    app.flag("--insecure-no-capabilities", plan.no_capabilities,
+             "ask for no capabilities and send none on data requests, to measure what they "
+             "cost (only a cluster whose config sets insecure_benchmark_only heeds it, and "
+             "only one that also sets require_capabilities = false serves the data)");
     app.flag("--json", json, "print the result as JSON");
     app.flag("--keep", keep, "keep the file afterwards");
     if (const std::optional<int> status = app.parse(argc, argv))
@@ -513,6 +519,7 @@ static int run(int argc, char **argv)
             out.set("stripe_size", layout.stripe_size);
             out.set("hold", plan.hold);
             out.set("chunk_macs", !plan.no_chunk_macs);
+            out.set("capabilities", !plan.no_capabilities);
         }
         for (std::size_t ph = 0; ph < 2; ++ph) {
             const Phase &p = phases.at(ph);

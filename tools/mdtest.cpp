@@ -71,7 +71,8 @@ struct Plan {
     unsigned files = 1000;
     bool separate = false;
     bool exactly_once = true;
-    bool hold = false; // create as open(O_CREAT) through a mount does: holding the file open
+    bool capabilities = true; // false: none (insecure_benchmark_only clusters)
+    bool hold = false;        // create as open(O_CREAT) through a mount does: holding the file open
     Compare compare = Compare::off;
     unsigned block = 64; // files per client per block under --compare
 };
@@ -168,6 +169,7 @@ std::unique_ptr<client::Client> connect_client(const Plan &p, bool exactly_once)
     // Every stat must ask the server, as mdtest's would.
     o.attr_timeout = std::chrono::milliseconds(0);
     o.exactly_once = exactly_once;
+    o.capabilities = p.capabilities;
     std::string error;
     return client::Client::connect(o, error);
 }
@@ -311,6 +313,11 @@ static int run(int argc, char **argv)
              "(one request), closed in batches of 64 as pvfsd sends the kernel's closes (what "
              "orphan tracking costs; each batch is waited for here, where the kernel's "
              "closes are not, so this is the cost's upper bound)");
+    bool no_capabilities = false;
+    app.flag("--insecure-no-capabilities", no_capabilities,
+             "creates ask for no capabilities and removes take none, to measure what they "
+             "cost (only a cluster whose config sets insecure_benchmark_only heeds it, and "
+             "only one that also sets require_capabilities = false removes the data objects)");
     std::string compare;
     app.option("--compare", compare,
                "measure what a feature costs: the create phase (and, for reply-cache, the "
@@ -325,6 +332,7 @@ static int run(int argc, char **argv)
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
     plan.exactly_once = !no_reply_cache;
+    plan.capabilities = !no_capabilities;
     if (plan.hold && (no_reply_cache || !plan.local.empty())) {
         fmt::print(stderr, "pvfs-mdtest: --hold needs exactly-once ids and pvfs (not "
                            "--no-reply-cache or --local)\n");
@@ -406,6 +414,7 @@ static int run(int argc, char **argv)
                                        {"files_per_client", plan.files},
                                        {"directories", plan.separate ? "separate" : "shared"},
                                        {"hold", plan.hold},
+                                       {"capabilities", plan.capabilities},
                                        {"target", plan.local.empty() ? "pvfs" : "local"}});
     if (plan.compare != Compare::off) {
         out.set("compare", compare);

@@ -192,6 +192,14 @@ struct Options {
     // the cluster's config says insecure_benchmark_only (loopback only),
     // else the MACs go anyway.
     bool chunk_macs = true;
+    // Capabilities for the data servers (docs/security.md "Capabilities").
+    // false: none asked of the metadata server (not on create, no
+    // CAPABILITY requests, no renewals) and none sent on data requests, for
+    // bench/fs's measure of what they cost; honoured only when the
+    // cluster's config says insecure_benchmark_only, else they go anyway.
+    // Its data servers then serve only if it says require_capabilities =
+    // false too.
+    bool capabilities = true;
     // The session id; 0: a random one.  pvfsd passes the kernel mount's,
     // which outlives the daemon.
     std::uint64_t client_id = 0;

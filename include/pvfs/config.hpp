@@ -94,7 +94,9 @@ struct Defaults {
     // Benchmarks only (docs/security.md "Chunk MACs"): data servers accept
     // bulk data without chunk MACs from clients that ask for none
     // (client::Options::chunk_macs), so that bench/fs can measure what the
-    // MACs cost.  Refused unless every server address is on loopback.
+    // MACs cost; libpvfs heeds client::Options::capabilities = false (none
+    // asked for or sent; docs/security.md "Capabilities") only under it.
+    // Refused unless every server address is on loopback.
     bool insecure_benchmark_only = false;
     // The metadata server's commit waits briefly for the changes of
     // clients that are writing (docs/metadata.md "Group commit").

@@ -393,7 +393,7 @@ Task<int> Client::co_setattr(Handle handle, const SetAttr &change, Attr &out)
             rpcs[slot].server =
                 m.data_servers.at(layout::server_of_slot(a.layout, m.data_count(), slot));
             rpcs[slot].req.body = proto::TruncateObjectRequest{handle, *size};
-            rpcs[slot].req.cap = cap;
+            m.attach(rpcs[slot].req, cap);
             ptrs.push_back(&rpcs[slot]);
         }
         // A truncation changes mtime and ctime and clears setuid/setgid, as

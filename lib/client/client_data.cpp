@@ -130,7 +130,7 @@ Task<int> Client::co_fsync(Handle handle, bool by_open)
         rpcs[slot].server =
             m.data_servers.at(layout::server_of_slot(a.layout, m.data_count(), slot));
         rpcs[slot].req.body = proto::FsyncRequest{handle};
-        rpcs[slot].req.cap = cap;
+        m.attach(rpcs[slot].req, cap);
         ptrs.push_back(&rpcs[slot]);
     }
     co_await m.run(ptrs);
@@ -337,7 +337,7 @@ Task<int> Client::co_remove_object(std::uint32_t data_index, Handle handle)
     Rpc rpc;
     rpc.server = m.data_servers[data_index];
     rpc.req.body = proto::RemoveObjectRequest{handle};
-    rpc.req.cap = caps.front();
+    m.attach(rpc.req, caps.front());
     Rpc *const ptr = &rpc;
     co_await m.run(std::span(&ptr, 1));
     co_return rpc.result();

@@ -228,7 +228,9 @@ struct Client::Impl {
         // co_unlink/co_rename read `orphaned`; only they say so, so that
         // the rest still reaches a server that does not know the flag.
         r.req.knows_orphaned = r.req.op() == proto::Op::remove || r.req.op() == proto::Op::rename;
-        r.req.wants_capability = r.req.op() == proto::Op::create || r.req.op() == proto::Op::open;
+        r.req.wants_capability =
+            (r.req.op() == proto::Op::create || r.req.op() == proto::Op::open) &&
+            !without_capabilities();
         SlotHold hold;
         take_once(r, hold);
         Rpc *p = &r;
@@ -518,7 +520,7 @@ struct Client::Impl {
                 Rpc &r = rpcs.emplace_back();
                 r.server = data_servers[ds];
                 r.req.body = proto::RemoveObjectRequest{files[f].handle};
-                r.req.cap = caps[f];
+                attach(r.req, caps[f]);
                 file_of.push_back(f);
             }
         }
@@ -548,6 +550,21 @@ struct Client::Impl {
     }
 
     // ---- capabilities (docs/protocol.md "Capabilities") ------------------
+    // Options::capabilities = false is for benchmarks alone: on a cluster
+    // not marked insecure_benchmark_only the capabilities go anyway, so
+    // that a stray option cannot turn a real cluster's checks into
+    // refusals (or, with require_capabilities = false, into none).
+    [[nodiscard]] bool without_capabilities() const
+    {
+        return !options.capabilities && cluster.defaults.insecure_benchmark_only;
+    }
+    // Every data request takes its capability through here, so that none
+    // goes without_capabilities().
+    void attach(proto::Request &req, const proto::Capability &cap) const
+    {
+        if (!without_capabilities())
+            req.cap = cap;
+    }
     [[nodiscard]] const proto::Capability *cached_capability(Handle h, std::uint32_t rights) const
     {
         const auto it = capabilities.find({h, rights});
@@ -580,6 +597,10 @@ struct Client::Impl {
     // open, so that the open's rights stand after a chmod).
     Task<int> capability(Handle h, std::uint32_t rights, proto::Capability &out)
     {
+        if (without_capabilities()) {
+            out = {};
+            co_return 0;
+        }
         if (const proto::Capability *c = cached_capability(h, rights)) {
             out = *c;
             co_return 0;
@@ -618,6 +639,8 @@ struct Client::Impl {
     {
         out.assign(handles.size(), proto::Capability{});
         std::vector<int> result(handles.size(), 0);
+        if (without_capabilities())
+            co_return result;
         std::vector<Rpc> rpcs(handles.size());
         std::vector<Rpc *> ptrs;
         for (std::size_t i = 0; i < handles.size(); ++i) {
@@ -726,7 +749,7 @@ struct Client::Impl {
             while (i < slot.regions.size()) {
                 auto r = std::make_unique<Rpc>();
                 r->server = data_servers.at(slot.server);
-                r->req.cap = cap;
+                attach(r->req, cap);
                 std::vector<proto::Region> req_regions;
                 std::vector<std::pair<std::byte *, std::size_t>> segments;
                 std::uint64_t bytes = 0;

@@ -537,6 +537,123 @@ ATF_TEST_CASE_BODY(not_required)
     require_status(raw.call(proto::TruncateObjectRequest{h, 0}), EACCES, "a forged one");
 }
 
+// A client of `uid` with client::Options::capabilities = false (pvfs-bench
+// --insecure-no-capabilities), leaving data access to the servers.
+std::unique_ptr<client::Client> connect_without_capabilities(const test::Cluster &cl,
+                                                             std::uint32_t uid)
+{
+    client::Options o = test::fresh_attrs();
+    o.credentials.uid = uid;
+    o.credentials.gid = uid;
+    o.check_data_access = false;
+    o.capabilities = false;
+    return cl.connect(o);
+}
+
+int truncate_to(client::Client &c, Handle h, std::uint64_t size)
+{
+    client::SetAttr change;
+    change.truncate = true;
+    change.size = size;
+    Attr out;
+    return c.setattr(h, change, out);
+}
+
+// Bulk and inline writes, a read back, fsync, truncate and unlink: every
+// data op a capability-less client would send without one.
+void data_ops_work(client::Client &c, Handle dir, const std::string &what)
+{
+    Attr attr;
+    require_rc(c.create(dir, "f", 0600, true, {}, attr), 0, what + ": create");
+    const Handle h = attr.handle;
+    const std::vector<std::byte> data = test::pattern(3 * std::size_t{chunk} + 100, 20);
+    require_rc(c.write(h, 0, data), static_cast<std::int64_t>(data.size()), what + ": write");
+    require_rc(c.write(h, 0, test::pattern(100, 20)), 100, what + ": inline write");
+    std::vector<std::byte> back(data.size());
+    require_rc(c.read(h, 0, back), static_cast<std::int64_t>(data.size()), what + ": read");
+    require(back == data, what + ": read back other bytes");
+    require_rc(c.fsync(h), 0, what + ": fsync");
+    require_rc(truncate_to(c, h, 10), 0, what + ": truncate");
+    require_rc(c.unlink(dir, "f"), 0, what + ": unlink");
+}
+
+// Options::capabilities = false on a cluster not marked
+// insecure_benchmark_only: ignored.  The client still asks for and sends
+// capabilities, so its I/O works where they are required, and the
+// metadata server's permission check still stands between another uid and
+// a 0600 file.
+ATF_TEST_CASE_WITHOUT_HEAD(benchmark_option_ignored);
+ATF_TEST_CASE_BODY(benchmark_option_ignored)
+{
+    test::Cluster cl = make_cluster();
+    auto root = cl.connect();
+    Attr attr;
+    require_rc(root->mkdir(root_handle, "tmp", 0777, attr), 0, "mkdir 0777");
+    const Handle dir = attr.handle;
+    auto alice = connect_without_capabilities(cl, 1000);
+    data_ops_work(*alice, dir, "require_capabilities = true, no insecure_benchmark_only");
+    require_rc(alice->create(dir, "secret", 0600, true, {}, attr), 0, "create 0600");
+    require_rc(alice->write(attr.handle, 0, test::pattern(100, 21)), 100, "alice writes");
+    auto bob = connect_without_capabilities(cl, 1001);
+    std::vector<std::byte> back(100);
+    require_rc(bob->read(attr.handle, 0, back), -EACCES,
+               "bob reads alice's 0600 file (no capability granted)");
+}
+
+// With insecure_benchmark_only the option is honoured: no capability goes
+// on a data request, so data servers that require them refuse every one
+// (EACCES), while the same uid's client with capabilities is served.
+ATF_TEST_CASE_WITHOUT_HEAD(benchmark_option_sends_none);
+ATF_TEST_CASE_BODY(benchmark_option_sends_none)
+{
+    {
+        test::Cluster cl = make_cluster("insecure_benchmark_only = true\n");
+        auto root = cl.connect();
+        Attr attr;
+        require_rc(root->mkdir(root_handle, "tmp", 0777, attr), 0, "mkdir 0777");
+        const Handle dir = attr.handle;
+        auto with = connect_user(cl, 1000);
+        data_ops_work(*with, dir, "insecure_benchmark_only, with capabilities");
+        auto without = connect_without_capabilities(cl, 1000);
+        require_rc(with->create(dir, "g", 0600, true, {}, attr), 0, "create g");
+        require_rc(with->write(attr.handle, 0, test::pattern(100, 24)), 100, "write g");
+        require_rc(without->write(attr.handle, 0, test::pattern(3 * std::size_t{chunk}, 22)),
+                   -EACCES, "bulk write without capabilities where they are required");
+        require_rc(without->write(attr.handle, 0, test::pattern(100, 22)), -EACCES,
+                   "inline write without capabilities where they are required");
+        std::vector<std::byte> back(100);
+        require_rc(without->read(attr.handle, 0, back), -EACCES,
+                   "read without capabilities where they are required");
+        require_rc(truncate_to(*without, attr.handle, 0), -EACCES,
+                   "truncate without capabilities where they are required");
+    }
+}
+
+// ... and data servers that do not require them (require_capabilities =
+// false, the bench/fs caps cluster) serve them all.  The metadata server
+// is not asked either, so nothing but the client's own check (skipped
+// here, as pvfsd skips it) stands between bob and alice's 0600 file:
+// benchmarks only.
+ATF_TEST_CASE_WITHOUT_HEAD(benchmark_option_honoured);
+ATF_TEST_CASE_BODY(benchmark_option_honoured)
+{
+    test::Cluster cl =
+        make_cluster("insecure_benchmark_only = true\nrequire_capabilities = false\n");
+    auto root = cl.connect();
+    Attr attr;
+    require_rc(root->mkdir(root_handle, "tmp", 0777, attr), 0, "mkdir 0777");
+    const Handle dir = attr.handle;
+    auto alice = connect_without_capabilities(cl, 1000);
+    data_ops_work(*alice, dir, "insecure_benchmark_only, require_capabilities = false");
+    require_rc(alice->create(dir, "secret", 0600, true, {}, attr), 0, "create 0600");
+    require_rc(alice->write(attr.handle, 0, test::pattern(100, 23)), 100, "alice writes");
+    auto bob = connect_without_capabilities(cl, 1001);
+    std::vector<std::byte> back(100);
+    require_rc(bob->read(attr.handle, 0, back), 100,
+               "bob reads alice's 0600 file with no capability asked for");
+    require(back == test::pattern(100, 23), "bob read other bytes");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, no_capability_refused);
@@ -550,4 +667,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, data_server_killed_mid_capability_write_epoll);
     ATF_ADD_TEST_CASE(tcs, destroy_only_when_gone);
     ATF_ADD_TEST_CASE(tcs, not_required);
+    ATF_ADD_TEST_CASE(tcs, benchmark_option_ignored);
+    ATF_ADD_TEST_CASE(tcs, benchmark_option_sends_none);
+    ATF_ADD_TEST_CASE(tcs, benchmark_option_honoured);
 }
