@@ -25,6 +25,8 @@
 #include <string_view>
 #include <vector>
 
+#include <openssl/evp.h>
+#include <openssl/params.h>
 #include <sodium.h>
 
 namespace {
@@ -72,6 +74,85 @@ void poly1305(const unsigned char *key, std::uint64_t /*index*/, const unsigned 
     crypto_onetimeauth_final(&st, tag);
 }
 
+// The same MAC as poly1305 above (same one-time key, same tag) computed by
+// OpenSSL's libcrypto, whose Poly1305 has AVX2/AVX-512 code paths that
+// libsodium 1.0.18 lacks.
+void poly1305_openssl(const unsigned char *key, std::uint64_t /*index*/,
+                      const unsigned char *binding, const unsigned char *data, std::size_t size,
+                      unsigned char *tag)
+{
+    static EVP_MAC *mac = EVP_MAC_fetch(nullptr, "POLY1305", nullptr);
+    static EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
+    std::array<unsigned char, crypto_onetimeauth_KEYBYTES> one_time{};
+    crypto_generichash(one_time.data(), one_time.size(), binding, 40, key, 32);
+    std::size_t out = 0;
+    if (EVP_MAC_init(ctx, one_time.data(), one_time.size(), nullptr) != 1 ||
+        EVP_MAC_update(ctx, data, size) != 1 || EVP_MAC_final(ctx, tag, &out, 16) != 1)
+        std::abort();
+}
+
+// AES-256-GMAC: AES-256-GCM with the chunk as associated data and nothing
+// to encrypt, the nonce from the chunk's binding.
+void gmac_openssl(const unsigned char *key, std::uint64_t /*index*/, const unsigned char *binding,
+                  const unsigned char *data, std::size_t size, unsigned char *tag)
+{
+    static EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    int n = 0;
+    if (EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key, binding) != 1 ||
+        EVP_EncryptUpdate(ctx, nullptr, &n, data, static_cast<int>(size)) != 1 ||
+        EVP_EncryptFinal_ex(ctx, nullptr, &n) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, tag) != 1)
+        std::abort();
+}
+
+// The sealing ciphers of docs/bmi.md "Encryption", per frame: libsodium's
+// (as the TCP method uses them) beside OpenSSL's AES-256-GCM, in place.
+std::vector<unsigned char> &seal_buffer(std::size_t size)
+{
+    static std::vector<unsigned char> b;
+    if (b.size() < size)
+        b.resize(size);
+    return b;
+}
+
+void aes256gcm_sodium(const unsigned char *key, std::uint64_t index, const unsigned char *binding,
+                      const unsigned char *data, std::size_t size, unsigned char *tag)
+{
+    std::vector<unsigned char> &b = seal_buffer(size);
+    std::array<unsigned char, crypto_aead_aes256gcm_NPUBBYTES> nonce{};
+    std::copy_n(reinterpret_cast<const unsigned char *>(&index), sizeof index, nonce.begin());
+    unsigned long long tag_len = 0;
+    crypto_aead_aes256gcm_encrypt_detached(b.data(), tag, &tag_len, data, size, binding, 40,
+                                           nullptr, nonce.data(), key);
+}
+
+void xchacha20_sodium(const unsigned char *key, std::uint64_t index, const unsigned char *binding,
+                      const unsigned char *data, std::size_t size, unsigned char *tag)
+{
+    std::vector<unsigned char> &b = seal_buffer(size);
+    std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES> nonce{};
+    std::copy_n(reinterpret_cast<const unsigned char *>(&index), sizeof index, nonce.begin());
+    unsigned long long tag_len = 0;
+    crypto_aead_xchacha20poly1305_ietf_encrypt_detached(b.data(), tag, &tag_len, data, size,
+                                                        binding, 40, nullptr, nonce.data(), key);
+}
+
+void aes256gcm_openssl(const unsigned char *key, std::uint64_t index, const unsigned char *binding,
+                       const unsigned char *data, std::size_t size, unsigned char *tag)
+{
+    static EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    std::vector<unsigned char> &b = seal_buffer(size);
+    std::array<unsigned char, 12> nonce{};
+    std::copy_n(reinterpret_cast<const unsigned char *>(&index), sizeof index, nonce.begin());
+    int n = 0;
+    if (EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key, nonce.data()) != 1 ||
+        EVP_EncryptUpdate(ctx, nullptr, &n, binding, 40) != 1 ||
+        EVP_EncryptUpdate(ctx, b.data(), &n, data, static_cast<int>(size)) != 1 ||
+        EVP_EncryptFinal_ex(ctx, b.data() + n, &n) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, tag) != 1)
+        std::abort();
+}
+
 // A positive decimal number, or 0 when the text is not one.
 std::uint64_t parse(const char *text)
 {
@@ -103,8 +184,14 @@ int main(int argc, char **argv)
     }
     if (sodium_init() < 0)
         return 1;
-    const std::array<Algorithm, 3> algorithms{
-        {{"hmac-sha256", hmac_sha256}, {"blake2b", blake2b}, {"poly1305", poly1305}}};
+    const std::array<Algorithm, 8> algorithms{{{"hmac-sha256", hmac_sha256},
+                                               {"blake2b", blake2b},
+                                               {"poly1305", poly1305},
+                                               {"poly1305-openssl", poly1305_openssl},
+                                               {"gmac-openssl", gmac_openssl},
+                                               {"seal-aes256gcm-sodium", aes256gcm_sodium},
+                                               {"seal-xchacha20-sodium", xchacha20_sodium},
+                                               {"seal-aes256gcm-openssl", aes256gcm_openssl}}};
     const std::array<std::size_t, 2> sizes{std::size_t{64} << 10U, std::size_t{1} << 20U};
     std::vector<unsigned char> data(sizes.back());
     randombytes_buf(data.data(), data.size());

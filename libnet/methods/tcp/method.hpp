@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -157,7 +158,7 @@ struct Conn {
     std::unique_ptr<Sealer> sealer;
     bool rx_sealed = false;
     std::size_t ro = 0;
-    std::vector<std::byte> out;
+    SendBytes out;
     std::size_t out_off = 0;
 
     // Bytes wait to be written.
@@ -327,6 +328,9 @@ private:
     bool flush(std::uint32_t c); // false when the connection died
     bool flush_sealed(std::uint32_t c);
     void copy_from_op(std::uint32_t i, std::size_t off, std::byte *dst, std::size_t n);
+    // Calls `piece` on each stretch of op i's buffers in [off, off + n).
+    void for_each_piece(std::uint32_t i, std::size_t off, std::size_t n,
+                        const std::function<void(const std::byte *, std::size_t)> &piece);
     // Sealing starts on c (auth.cpp): false when c was refused.
     bool start_sealing(std::uint32_t c, Identity &id, bool client);
     // Sealed input: the next frame opened in the stage (1), not all in

@@ -191,6 +191,15 @@ bool TcpMethod::flush(std::uint32_t c)
 
 void TcpMethod::copy_from_op(std::uint32_t i, std::size_t off, std::byte *dst, std::size_t n)
 {
+    for_each_piece(i, off, n, [&dst](const std::byte *p, std::size_t take) {
+        std::memcpy(dst, p, take);
+        dst += take;
+    });
+}
+
+void TcpMethod::for_each_piece(std::uint32_t i, std::size_t off, std::size_t n,
+                               const std::function<void(const std::byte *, std::size_t)> &piece)
+{
     for (const MutableBuffer &b : op(i).bufs) {
         if (n == 0)
             break;
@@ -199,8 +208,7 @@ void TcpMethod::copy_from_op(std::uint32_t i, std::size_t off, std::byte *dst, s
             continue;
         }
         const std::size_t take = std::min(b.size - off, n);
-        std::memcpy(dst, static_cast<const std::byte *>(b.data) + off, take);
-        dst += take;
+        piece(static_cast<const std::byte *>(b.data) + off, take);
         n -= take;
         off = 0;
     }
@@ -231,16 +239,24 @@ bool TcpMethod::flush_sealed(std::uint32_t c)
                 plain ? frame_header_size - it.hdr_sent : sealed_overhead + frame_header_size;
             k.out.resize(at + head + len);
             std::byte *dst = k.out.data() + at;
-            if (plain)
+            if (plain) {
                 std::memcpy(dst, it.hdr.data() + it.hdr_sent, head);
-            else
+                if (it.op == no_index)
+                    std::memcpy(dst + head, it.own.data() + it.sent, len);
+                else
+                    copy_from_op(it.op, it.off + it.sent, dst + head, len);
+            } else {
+                // Encrypted from where the bytes lie, not copied first.
                 std::memcpy(dst + sealed_overhead, it.hdr.data(), frame_header_size);
-            if (it.op == no_index)
-                std::memcpy(dst + head, it.own.data() + it.sent, len);
-            else
-                copy_from_op(it.op, it.off + it.sent, dst + head, len);
-            if (!plain)
-                k.sealer->seal(dst, len);
+                k.sealer->begin(dst);
+                if (it.op == no_index)
+                    k.sealer->add(it.own.data() + it.sent, len);
+                else
+                    for_each_piece(
+                        it.op, it.off + it.sent, len,
+                        [&k](const std::byte *p, std::size_t n) { k.sealer->add(p, n); });
+                k.sealer->finish();
+            }
             k.tx_bytes += head + len;
             it.hdr_sent = frame_header_size;
             it.sent = it.len;

@@ -557,7 +557,7 @@ void TcpMethod::close_conn(std::uint32_t c, int error, std::string_view why)
     k.sealer.reset(); // its keys wiped
     k.rx_sealed = false;
     k.ro = 0;
-    std::vector<std::byte>().swap(k.out);
+    SendBytes().swap(k.out);
     k.out_off = 0;
     free_conns_.push_back(c);
     if (Peer *p = peer_ptr(k.peer)) {
