@@ -142,7 +142,7 @@ std::optional<config::UidRange> id_range(std::string_view option, const std::str
     return range;
 }
 
-int add(const std::string &file, const std::string &name, bool no_root_squash,
+int add(const std::string &file, const std::string &name, bool no_root_squash, bool encrypt,
         const std::string &uids_text, const std::string &gids_text, std::string out)
 {
     const std::optional<config::UidRange> uids = id_range("uids", uids_text);
@@ -164,14 +164,15 @@ int add(const std::string &file, const std::string &name, bool no_root_squash,
                                    file, name, id, c.key.name())};
     }
     Secret hex;
-    if (const config::Status st = config::generate_client_key_file(out, name, hex.text); !st.ok())
+    if (const config::Status st = config::generate_client_key_file(out, name, hex.text, encrypt);
+        !st.ok())
         throw Exit{exit_failure, st.error};
     Secret next;
     next.text.reserve(text.text.size() + 256);
     next.text = text.text;
     if (!next.text.empty() && next.text.back() != '\n')
         next.text += '\n';
-    next.text += config::client_key_line(name, hex.text, no_root_squash, uids, gids);
+    next.text += config::client_key_line(name, hex.text, no_root_squash, uids, gids, encrypt);
     next.text += '\n';
     try {
         replace(file, next.text);
@@ -241,12 +242,13 @@ int list(const std::string &file)
     const auto range = [](const std::optional<config::UidRange> &r) {
         return r ? fmt::format("{}-{}", r->low, r->high) : std::string("any");
     };
-    fmt::print("{:<24} {:<8} {:<14} {:<23} {:<23} {}\n", "NAME", "KEY-ID", "ROOT", "UIDS", "GIDS",
-               "STATE");
+    fmt::print("{:<24} {:<8} {:<14} {:<23} {:<23} {:<9} {}\n", "NAME", "KEY-ID", "ROOT", "UIDS",
+               "GIDS", "WIRE", "STATE");
     for (const config::ClientKey &c : table.clients) {
-        fmt::print("{:<24} {:08x} {:<14} {:<23} {:<23} {}\n", c.key.name(), *c.key.id(),
+        fmt::print("{:<24} {:08x} {:<14} {:<23} {:<23} {:<9} {}\n", c.key.name(), *c.key.id(),
                    c.no_root_squash ? "no_root_squash" : "root_squash", range(c.uids),
-                   range(c.gids), c.revoked ? "revoked" : "active");
+                   range(c.gids), c.key.encrypt() ? "encrypt" : "plain",
+                   c.revoked ? "revoked" : "active");
     }
     return 0;
 }
@@ -256,7 +258,8 @@ int run(int argc, char **argv)
     pvfs::cli::Parser app{
         "pvfs-key: adds, revokes and lists the client keys of a pvfs cluster (the servers' "
         "[filesystem] client_keys file).\n"
-        "  pvfs-key add NAME [--no-root-squash] [--uids LO-HI] [--gids LO-HI] [--out KEYFILE]\n"
+        "  pvfs-key add NAME [--no-root-squash] [--encrypt] [--uids LO-HI] [--gids LO-HI] "
+        "[--out KEYFILE]\n"
         "  pvfs-key revoke NAME\n"
         "  pvfs-key list\n"
         "Keys are never printed; add writes the new client's key file."};
@@ -268,6 +271,7 @@ int run(int argc, char **argv)
     std::string uids;
     std::string gids;
     bool no_root_squash = false;
+    bool encrypt = false;
     app.option("command", command, "add, revoke or list")
         .required()
         .one_of({"add", "revoke", "list"});
@@ -284,6 +288,9 @@ int run(int argc, char **argv)
                "add: the gids the client may act with, LO-HI; a primary gid outside becomes "
                "nogroup, supplementary groups outside are dropped");
     app.flag("--no-root-squash", no_root_squash, "add: the client's root stays root");
+    app.flag("--encrypt", encrypt,
+             "add: the client's connections must be encrypted (its key file says so, so it "
+             "asks; the servers refuse it plain)");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
 
@@ -291,9 +298,10 @@ int run(int argc, char **argv)
         throw Exit{pvfs::cli::exit_usage, "list takes no NAME"};
     if (command != "list" && name.empty())
         throw Exit{pvfs::cli::exit_usage, command + " needs the client's NAME"};
-    if (command != "add" && (!out.empty() || !uids.empty() || !gids.empty() || no_root_squash))
+    if (command != "add" &&
+        (!out.empty() || !uids.empty() || !gids.empty() || no_root_squash || encrypt))
         throw Exit{pvfs::cli::exit_usage,
-                   "--out, --uids, --gids and --no-root-squash go with add only"};
+                   "--out, --uids, --gids, --no-root-squash and --encrypt go with add only"};
     if (!name.empty() && (!proto::valid_key_name(name) || name == config::cluster_key_name))
         throw Exit{pvfs::cli::exit_usage,
                    fmt::format("'{}' is not a client name: 1 to {} characters of A-Z a-z 0-9 . _ "
@@ -319,7 +327,7 @@ int run(int argc, char **argv)
         }
     }
     if (command == "add")
-        return add(file, name, no_root_squash, uids, gids, out);
+        return add(file, name, no_root_squash, encrypt, uids, gids, out);
     if (command == "revoke")
         return revoke(file, name);
     return list(file);

@@ -69,17 +69,19 @@ struct ClientKeys {
 // The line pvfs-key appends for a new client (no newline).
 [[nodiscard]] std::string client_key_line(std::string_view name, std::string_view key_hex,
                                           bool no_root_squash, const std::optional<UidRange> &uids,
-                                          const std::optional<UidRange> &gids = std::nullopt);
+                                          const std::optional<UidRange> &gids = std::nullopt,
+                                          bool encrypt = false);
 // "LO-HI" as in `uids=LO-HI`, `gids=LO-HI` and `pvfs-key --uids`; nullopt
 // when it is not two decimal ids with LO <= HI.
 [[nodiscard]] std::optional<UidRange> parse_uid_range(std::string_view text);
 
 // Creates a client key file at `path` (O_EXCL, mode 0600 from birth):
 // "NAME HEX\n" with a fresh random key, which proto::Key::load reads as
-// client key NAME.  The key's hex digits go to `key_hex` (the caller wipes
-// them when done).
+// client key NAME; "NAME HEX encrypt\n" with `encrypt`, so that the client
+// asks for the encryption its line in the table requires.  The key's hex
+// digits go to `key_hex` (the caller wipes them when done).
 [[nodiscard]] Status generate_client_key_file(const std::string &path, std::string_view name,
-                                              std::string &key_hex);
+                                              std::string &key_hex, bool encrypt = false);
 // Replaces the file at `path` with `text` atomically: a temporary file of
 // mode 0600 in the same directory, fsynced, renamed over it, the directory
 // fsynced.  A reader sees the old text or the new, whole.

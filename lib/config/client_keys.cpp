@@ -251,7 +251,7 @@ ClientKeys load_client_keys(const std::string &path)
 
 std::string client_key_line(std::string_view name, std::string_view key_hex, bool no_root_squash,
                             const std::optional<UidRange> &uids,
-                            const std::optional<UidRange> &gids)
+                            const std::optional<UidRange> &gids, bool encrypt)
 {
     std::string line = fmt::format("{} {}", name, key_hex);
     if (no_root_squash) {
@@ -262,6 +262,9 @@ std::string client_key_line(std::string_view name, std::string_view key_hex, boo
     }
     if (gids) {
         line += fmt::format(" gids={}-{}", gids->low, gids->high);
+    }
+    if (encrypt) {
+        line += " encrypt";
     }
     return line;
 }

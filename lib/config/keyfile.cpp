@@ -150,14 +150,14 @@ Status replace_private_file(const std::string &path, std::string_view text)
 }
 
 Status generate_client_key_file(const std::string &path, std::string_view name,
-                                std::string &key_hex)
+                                std::string &key_hex, bool encrypt)
 {
     if (sodium_init() < 0) {
         return {fmt::format("{}: libsodium cannot initialise its random source", path)};
     }
     const KeyText key;
     const std::string_view hex = key.line().substr(0, 2 * key_bytes);
-    std::string text = fmt::format("{} {}\n", name, hex);
+    std::string text = fmt::format("{} {}{}\n", name, hex, encrypt ? " encrypt" : "");
     // O_EXCL: never follows a planted symlink, never clobbers a key.
     UniqueFd fd(
         ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, key_mode));

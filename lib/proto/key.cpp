@@ -270,7 +270,8 @@ std::optional<Key> Key::load(const std::string &path, std::string &error)
     if (!read_private_file(path, "key file", max_key_file, text, error)) {
         if (error.find("larger than") != std::string::npos) {
             error = fmt::format("{}: not a key file: expected 64 hex digits (after a client "
-                                "name and a space for a client key) and an optional newline, "
+                                "name and a space for a client key, then optionally "
+                                "\" encrypt\") and an optional newline, "
                                 "found more than {} bytes",
                                 path, max_key_file);
         }
@@ -279,6 +280,14 @@ std::optional<Key> Key::load(const std::string &path, std::string &error)
     std::string_view hex(text);
     if (!hex.empty() && hex.back() == '\n') {
         hex.remove_suffix(1);
+    }
+    // A client key file may end in " encrypt": the client's connections
+    // must be encrypted (pvfs-key add --encrypt writes it beside the
+    // table's `encrypt`), so the client asks without being told.
+    bool encrypt = false;
+    if (constexpr std::string_view flag = " encrypt"; hex.ends_with(flag)) {
+        encrypt = true;
+        hex.remove_suffix(flag.size());
     }
     std::string_view name;
     if (const std::size_t space = hex.find(' '); space != std::string_view::npos) {
@@ -303,9 +312,16 @@ std::optional<Key> Key::load(const std::string &path, std::string &error)
             fmt::format("{}: not a key file: it holds a character that is not a hex digit", path);
         return std::nullopt;
     }
+    if (encrypt && name.empty()) {
+        error = fmt::format("{}: not a key file: only a client key (NAME HEX) may say encrypt; "
+                            "for the cluster key set encrypt = true in the config",
+                            path);
+        return std::nullopt;
+    }
     if (!name.empty()) {
         key->set_name(std::string(name));
     }
+    key->set_encrypt(encrypt);
     return key;
 }
 

@@ -329,6 +329,66 @@ ATF_TEST_CASE_BODY(per_key_squash)
                "the same groups under an unranged key read it");
 }
 
+// pvfs-key add --encrypt: the client's line says encrypt and so does its
+// key file, so the client (libpvfs with nothing else set) asks for
+// encryption and is served; the same key on a plain connection is refused
+// with EPROTONOSUPPORT, while another client of the same servers stays
+// plain.
+ATF_TEST_CASE_WITHOUT_HEAD(per_key_encrypt);
+ATF_TEST_CASE_BODY(per_key_encrypt)
+{
+    KeyedCluster cl({{"sealed", "--encrypt", "--no-root-squash"}, {"plain", "--no-root-squash"}},
+                    {}, "", test::servers(1, 1));
+    std::string text;
+    {
+        std::ifstream in(cl.key_path("sealed"));
+        std::getline(in, text);
+    }
+    require(text.ends_with(" encrypt") && text.starts_with("sealed "),
+            "sealed's key file does not end in encrypt");
+    std::string out;
+    require(pvfs_key({"list", "--file", cl.clients}, out) == 0, "pvfs-key list");
+    std::istringstream rows(out);
+    int sealed_rows = 0;
+    int plain_rows = 0;
+    for (std::string row; std::getline(rows, row);) {
+        sealed_rows += static_cast<int>(row.starts_with("sealed ") &&
+                                        row.find(" encrypt ") != std::string::npos);
+        plain_rows +=
+            static_cast<int>(row.starts_with("plain ") && row.find(" plain ") != std::string::npos);
+    }
+    require(sealed_rows == 1 && plain_rows == 1, "pvfs-key list:\n" + out);
+    // Both clients do I/O through the data server.
+    for (const char *name : {"sealed", "plain"}) {
+        auto c = cl.as(name, 0, 0);
+        Attr a;
+        require_rc(c->create(root_handle, std::string("f-") + name, 0644, true, {}, a), 0,
+                   std::string(name) + " create");
+        const std::vector<std::byte> data = test::pattern(200000, 3);
+        require_rc(c->write(a.handle, 0, data), static_cast<int>(data.size()),
+                   std::string(name) + " write");
+        std::vector<std::byte> back(data.size());
+        require_rc(c->read(a.handle, 0, back), static_cast<int>(data.size()),
+                   std::string(name) + " read");
+        require(back == data, std::string(name) + ": bytes differ");
+    }
+    // sealed's key on a plain connection: refused, and the server says why.
+    const std::string url = cl.files.cluster.servers.at(0).addresses.at(0);
+    const proto::Destination to{cl.files.cluster.fs_id, 0};
+    test::RawClient forced(url, cl.key_path("sealed"), false);
+    forced.to = to;
+    const test::Call c = forced.call(proto::StatusRequest{}, 5000);
+    require(!c.answered && c.transport_error == -EPROTONOSUPPORT,
+            "sealed's key on a plain connection: " + std::to_string(c.transport_error) + " " +
+                c.error);
+    require(cl.log().find("do not agree on encryption") != std::string::npos,
+            "the server did not log the refusal:\n" + cl.log());
+    test::RawClient plain(url, cl.key_path("plain"), false);
+    plain.to = to;
+    const test::Call ok = plain.call(proto::StatusRequest{}, 5000);
+    require(ok.answered && ok.response.status == 0, "plain's key, plain: " + ok.error);
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(bad_edit_keeps_table);
 ATF_TEST_CASE_BODY(bad_edit_keeps_table)
 {
@@ -614,6 +674,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, revoked_within_seconds);
     ATF_ADD_TEST_CASE(tcs, two_keys_one_loop);
     ATF_ADD_TEST_CASE(tcs, per_key_squash);
+    ATF_ADD_TEST_CASE(tcs, per_key_encrypt);
     ATF_ADD_TEST_CASE(tcs, bad_edit_keeps_table);
     ATF_ADD_TEST_CASE(tcs, sessions_bound_to_keys);
     ATF_ADD_TEST_CASE(tcs, replay_sessions_per_key);

@@ -271,6 +271,26 @@ ATF_TEST_CASE_BODY(client_key_files)
     ATF_REQUIRE(config::generate_key_file(cluster).ok());
     const auto ck = proto::Key::load(cluster, error);
     ATF_REQUIRE(ck && ck->name().empty() && !ck->id());
+    // --encrypt: the key file ends in " encrypt" and the key says so; the
+    // table's line says it too.  A cluster key may not say it.
+    const std::string sealed = dir + "/sealed.key";
+    std::string sealed_hex;
+    const config::Status sst = config::generate_client_key_file(sealed, "sealed", sealed_hex, true);
+    require_msg(sst.ok(), sst.error);
+    const auto sk = proto::Key::load(sealed, error);
+    require_msg(sk.has_value(), error);
+    ATF_REQUIRE(sk->encrypt() && sk->name() == "sealed" && !key->encrypt());
+    const config::ClientKeys sealed_table = config::parse_client_keys(
+        config::client_key_line("sealed", sealed_hex, false, std::nullopt, std::nullopt, true),
+        "t");
+    require_msg(sealed_table.ok(), sealed_table.error);
+    ATF_REQUIRE(sealed_table.clients[0].key.encrypt());
+    write_file(dir + "/cluster-encrypt.key", hex_a + " encrypt\n", 0600);
+    require_msg(!proto::Key::load(dir + "/cluster-encrypt.key", error) &&
+                    error.find("only a client key") != std::string::npos,
+                error);
+    write_file(dir + "/other-word.key", "node " + hex_a + " encrypted\n", 0600);
+    ATF_REQUIRE(!proto::Key::load(dir + "/other-word.key", error));
     // A bad name in a key file is refused.
     write_file(dir + "/bad.key", "a/b " + hex_a + "\n", 0600);
     require_msg(!proto::Key::load(dir + "/bad.key", error) &&
