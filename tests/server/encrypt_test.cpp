@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "pvfs/client.hpp"
 #include "pvfs/config.hpp"
 #include "pvfs/unique_fd.hpp"
 
@@ -34,6 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace pvfs;
+using namespace std::chrono_literals;
 using pvfs::test::Call;
 using pvfs::test::RawClient;
 using pvfs::test::require;
@@ -366,6 +369,49 @@ ATF_TEST_CASE_BODY(ib_refused)
             "encrypt is not written back");
 }
 
+// Sealed connections under the failures the plain ones survive: the
+// metadata server commits an exclusive create and loses its reply, so the
+// library sends it again over the same sealed connection (a new frame,
+// the next nonce) and gets the first result; then a data server is killed
+// and restarted between two writes, so the client opens a fresh sealed
+// session to its new incarnation and the bytes come back exact.
+ATF_TEST_CASE_WITHOUT_HEAD(sealed_retry_and_restart);
+ATF_TEST_CASE_BODY(sealed_retry_and_restart)
+{
+    const FsExtra extra("encrypt = true\n");
+    const test::ScopedEnv faults("PVFS_TEST_FAULTS", "drop_reply:create:1");
+    client::Options o = test::fresh_attrs();
+    o.check_data_access = false;
+    o.retry_timeout = 1s;
+    test::Cluster cl(test::servers(1, 1), "request_timeout = \"20s\"\n", o);
+    require(cl.files.cluster.encrypt, "the test cluster does not encrypt");
+    auto c = cl.connect(o);
+    Attr a;
+    bool created = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    test::require_rc(c->create(root_handle, "f", 0644, true, {}, a, &created), 0,
+                     "an exclusive create whose reply was lost");
+    require(created, "the retried create says the file existed");
+    require(std::chrono::steady_clock::now() - t0 >= 900ms,
+            "the create's reply was not lost (no retry happened)");
+    require(cl.servers["meta0"]->log_text().find("TEST FAULT: no reply to") != std::string::npos,
+            "the server did not drop the create's reply");
+    const std::vector<std::byte> first = marked(3 * std::size_t{chunk} + 17, 21);
+    test::require_rc(c->write(a.handle, 0, first), static_cast<std::int64_t>(first.size()),
+                     "write before the restart");
+    require(cl.servers["data0"]->stop(SIGKILL) == 128 + SIGKILL, "kill data0");
+    cl.start("data0");
+    const std::vector<std::byte> second = marked(2 * std::size_t{chunk} + 5, 22);
+    test::require_rc(c->write(a.handle, chunk, second), static_cast<std::int64_t>(second.size()),
+                     "write after data0's restart");
+    std::vector<std::byte> want = first;
+    std::copy(second.begin(), second.end(), want.begin() + chunk);
+    std::vector<std::byte> got(want.size());
+    test::require_rc(c->read(a.handle, 0, got), static_cast<std::int64_t>(got.size()),
+                     "read after the restart");
+    require(got == want, "bytes after a lost reply and a restart over sealed connections");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, fs_round_trip);
@@ -374,4 +420,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, tampered_frame_closes);
     ATF_ADD_TEST_CASE(tcs, plain_client_refused);
     ATF_ADD_TEST_CASE(tcs, ib_refused);
+    ATF_ADD_TEST_CASE(tcs, sealed_retry_and_restart);
 }
