@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +75,21 @@ void poly1305(const unsigned char *key, std::uint64_t /*index*/, const unsigned 
     crypto_onetimeauth_final(&st, tag);
 }
 
+// Owners of OpenSSL's objects, kept for the whole run.
+struct OpenSslFree {
+    void operator()(EVP_MAC *m) const { EVP_MAC_free(m); }
+    void operator()(EVP_MAC_CTX *c) const { EVP_MAC_CTX_free(c); }
+    void operator()(EVP_CIPHER_CTX *c) const { EVP_CIPHER_CTX_free(c); }
+};
+
+EVP_CIPHER_CTX *cipher_context()
+{
+    static const std::unique_ptr<EVP_CIPHER_CTX, OpenSslFree> ctx(EVP_CIPHER_CTX_new());
+    if (!ctx)
+        std::abort();
+    return ctx.get();
+}
+
 // The same MAC as poly1305 above (same one-time key, same tag) computed by
 // OpenSSL's libcrypto, whose Poly1305 has AVX2/AVX-512 code paths that
 // libsodium 1.0.18 lacks.
@@ -81,8 +97,13 @@ void poly1305_openssl(const unsigned char *key, std::uint64_t /*index*/,
                       const unsigned char *binding, const unsigned char *data, std::size_t size,
                       unsigned char *tag)
 {
-    static EVP_MAC *mac = EVP_MAC_fetch(nullptr, "POLY1305", nullptr);
-    static EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
+    static const std::unique_ptr<EVP_MAC, OpenSslFree> mac(
+        EVP_MAC_fetch(nullptr, "POLY1305", nullptr));
+    static const std::unique_ptr<EVP_MAC_CTX, OpenSslFree> owner(mac ? EVP_MAC_CTX_new(mac.get())
+                                                                     : nullptr);
+    EVP_MAC_CTX *ctx = owner.get();
+    if (ctx == nullptr)
+        std::abort();
     std::array<unsigned char, crypto_onetimeauth_KEYBYTES> one_time{};
     crypto_generichash(one_time.data(), one_time.size(), binding, 40, key, 32);
     std::size_t out = 0;
@@ -96,7 +117,7 @@ void poly1305_openssl(const unsigned char *key, std::uint64_t /*index*/,
 void gmac_openssl(const unsigned char *key, std::uint64_t /*index*/, const unsigned char *binding,
                   const unsigned char *data, std::size_t size, unsigned char *tag)
 {
-    static EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    EVP_CIPHER_CTX *ctx = cipher_context();
     int n = 0;
     if (EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key, binding) != 1 ||
         EVP_EncryptUpdate(ctx, nullptr, &n, data, static_cast<int>(size)) != 1 ||
@@ -140,7 +161,7 @@ void xchacha20_sodium(const unsigned char *key, std::uint64_t index, const unsig
 void aes256gcm_openssl(const unsigned char *key, std::uint64_t index, const unsigned char *binding,
                        const unsigned char *data, std::size_t size, unsigned char *tag)
 {
-    static EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    EVP_CIPHER_CTX *ctx = cipher_context();
     std::vector<unsigned char> &b = seal_buffer(size);
     std::array<unsigned char, 12> nonce{};
     std::copy_n(reinterpret_cast<const unsigned char *>(&index), sizeof index, nonce.begin());
