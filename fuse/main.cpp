@@ -5,7 +5,11 @@
 //
 //   pvfs-fuse SOURCE MOUNTPOINT [-o OPTIONS] [-f] ...
 //   pvfs-fuse -c CONFIG MOUNTPOINT ...
+//   mount.fuse.pvfs SOURCE MOUNTPOINT [-fnsvrw] [-o OPTIONS] [-t fuse.pvfs]
 //
+// Called as mount.fuse.pvfs (a link), it is mount(8)'s helper for
+// `mount -t fuse.pvfs` and fstab: mount(8)'s flags mean what they mean to
+// every helper (-f fake, -n no mtab, -s sloppy, -v verbose, -r/-w ro/rw).
 // SOURCE is tcp://host:port/fsname (the config comes from that server) or
 // a cluster config file.  Without -f it returns once the mount is there
 // (or failed) and serves it in the background.
@@ -22,6 +26,8 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -107,6 +113,78 @@ std::vector<const char *> take_mount_options(int argc, char **argv,
     return rest;
 }
 
+// Whether argv[0] is the mount(8) helper's name.
+bool called_as_mount_helper(const char *argv0)
+{
+    const std::string_view name = argv0;
+    const std::size_t slash = name.rfind('/');
+    return name.substr(slash == std::string_view::npos ? 0 : slash + 1) == "mount.fuse.pvfs";
+}
+
+// mount(8)'s helper arguments turned into pvfs-fuse's: -n, -s and -v mean
+// nothing here (no mtab; pvfs-fuse is never sloppy; it says enough), -r and
+// -w become -o ro / -o rw, -t must name this type, and -f (fake) sets
+// `fake`.  nullopt after printing why.
+std::optional<std::vector<std::string>> helper_arguments(int argc, char **argv, bool &fake)
+{
+    std::vector<std::string> out;
+    const std::span<char *> args(argv, static_cast<std::size_t>(argc));
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string_view a = args[i];
+        if (i == 0 || a == "-o" || !a.starts_with('-') || a.size() < 2) {
+            out.emplace_back(a);
+            if (a == "-o" && i + 1 < args.size())
+                out.emplace_back(args[++i]);
+            continue;
+        }
+        if (a.starts_with("-o")) {
+            out.emplace_back(a);
+            continue;
+        }
+        if (a.starts_with("-t")) {
+            std::string_view type = a.substr(2);
+            if (type.empty() && i + 1 < args.size())
+                type = args[++i];
+            if (type != "fuse.pvfs" && type != "pvfs") {
+                std::fprintf(stderr, "mount.fuse.pvfs: -t %s: this helper mounts fuse.pvfs\n",
+                             std::string(type).c_str());
+                return std::nullopt;
+            }
+            continue;
+        }
+        for (const char flag : a.substr(1)) {
+            switch (flag) {
+            case 'n':
+            case 's':
+            case 'v':
+                break;
+            case 'f':
+                fake = true;
+                break;
+            case 'r':
+            case 'w':
+                out.emplace_back("-o");
+                out.emplace_back(flag == 'r' ? "ro" : "rw");
+                break;
+            default:
+                std::fprintf(stderr, "mount.fuse.pvfs: unknown flag -%c (see pvfs-fuse(8))\n",
+                             flag);
+                return std::nullopt;
+            }
+        }
+    }
+    return out;
+}
+
+// Options for mount(8) and systemd, not for the mount: fstab's.
+bool mount_command_option(std::string_view opt, std::string_view key)
+{
+    static constexpr std::array<std::string_view, 9> names = {
+        "_netdev", "nofail", "auto", "noauto", "user", "users", "nouser", "defaults", "owner"};
+    return std::find(names.begin(), names.end(), opt) != names.end() || opt.starts_with("x-") ||
+           key == "comment";
+}
+
 // Sorts the -o options: those of the Handler's ATTACH (as pvfs.ko passes
 // them), the cache timeouts (pvfs.ko's names), the rest for libfuse.
 // nullopt after printing why.
@@ -151,7 +229,7 @@ std::optional<Mount> sort_options(const Settings &s)
             const std::string_view value =
                 eq == std::string_view::npos ? std::string_view{} : opt.substr(eq + 1);
             std::chrono::milliseconds t{};
-            if (opt.empty() || opt == "rw")
+            if (opt.empty() || opt == "rw" || mount_command_option(opt, key))
                 continue;
             if (opt == "hard" || opt == "soft" || opt == "softerr" || key == "timeo" ||
                 key == "retrans" || key == "key") {
@@ -306,6 +384,21 @@ int run(const Settings &s, const Mount &m, Background &bg)
 
 int run_main(int argc, char **argv)
 {
+    // As mount(8)'s helper, its arguments are translated first; a fake
+    // mount checks them and stops before mounting.
+    bool fake = false;
+    std::vector<std::string> helper_args;
+    std::vector<char *> helper_argv;
+    if (called_as_mount_helper(argv[0])) {
+        auto translated = helper_arguments(argc, argv, fake);
+        if (!translated)
+            return 1;
+        helper_args = std::move(*translated);
+        for (std::string &a : helper_args)
+            helper_argv.push_back(a.data());
+        argc = static_cast<int>(helper_argv.size());
+        argv = helper_argv.data();
+    }
     Settings s;
     pvfs::cli::Parser app{
         "pvfs-fuse: mounts a pvfs file system through FUSE: pvfsd's client, fed by the "
@@ -350,6 +443,8 @@ int run_main(int argc, char **argv)
     const auto m = sort_options(s);
     if (!m)
         return 2;
+    if (fake)
+        return 0;
     if (!s.key_file.empty())
         s.key_file = std::filesystem::absolute(s.key_file).string();
 
