@@ -302,7 +302,10 @@ public:
     {
         if (!pipe_.valid())
             return;
-        static_cast<void>(::write(pipe_.get(), &status, 1));
+        // A parent gone already has nobody to tell (EPIPE): serve anyway.
+        if (::write(pipe_.get(), &status, 1) != 1)
+            gossip::warning("cannot tell the parent the mount's status: {}",
+                            strerrordesc_np(errno));
         pipe_.reset();
         const UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
         if (null.valid()) {
@@ -310,7 +313,9 @@ public:
             ::dup2(null.get(), 1);
             ::dup2(null.get(), 2);
         }
-        static_cast<void>(::chdir("/"));
+        // "/" always exists; a failure would keep the old directory busy.
+        if (::chdir("/") != 0)
+            gossip::warning("chdir /: {}", strerrordesc_np(errno));
     }
 
 private:

@@ -24,8 +24,9 @@ MemoryChannel::MemoryChannel(std::size_t slot_count, std::size_t slot_size, std:
 void MemoryChannel::wake() const
 {
     const std::uint64_t one = 1;
-    // Fails only when the counter would overflow: it is readable then.
-    static_cast<void>(::write(event_.get(), &one, sizeof(one)));
+    // EAGAIN only when the counter would overflow: it is readable then.
+    if (::write(event_.get(), &one, sizeof(one)) < 0 && errno != EAGAIN)
+        throw std::system_error(errno, std::generic_category(), "eventfd write");
 }
 
 void MemoryChannel::push(std::vector<std::byte> upcall)
@@ -48,7 +49,9 @@ std::vector<std::vector<std::byte>> MemoryChannel::take_sent()
 Channel::Received MemoryChannel::receive(const Starter &start)
 {
     std::uint64_t count = 0;
-    static_cast<void>(::read(event_.get(), &count, sizeof(count)));
+    // EAGAIN: woken by nothing new; the queue is looked at all the same.
+    if (::read(event_.get(), &count, sizeof(count)) < 0 && errno != EAGAIN)
+        throw std::system_error(errno, std::generic_category(), "eventfd read");
     // In the order pushed, each off the queue before it starts.
     while (!queue_.empty()) {
         const std::vector<std::byte> bytes = std::move(queue_.front());

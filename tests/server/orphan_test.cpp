@@ -372,8 +372,7 @@ ATF_TEST_CASE_BODY(holder_dies)
         const Handle h = make_file(*c, "dying", 5);
         const bool ok = c->open(h, client::Client::open_read, attr) == 0;
         const char byte = ok ? 'y' : 'n';
-        static_cast<void>(::write(fds[1], &byte, 1));
-        std::_Exit(0);
+        std::_Exit(::write(fds[1], &byte, 1) == 1 ? 0 : 1);
     }
     ::close(fds[1]);
     char byte = 0;
