@@ -335,6 +335,12 @@ void FuseChannel::Ops::write(fuse_req_t req, fuse_ino_t ino, const char *buf, st
         static_cast<void>(fuse_reply_write(req, 0));
         return;
     }
+    if (const int err = ch.write_error(ino); err != 0) {
+        // An earlier write, answered already, failed: none after it goes
+        // until fsync or close has reported it.
+        reply_err(req, err);
+        return;
+    }
     ++ch.counts_.writes;
     ch.counts_.write_max = std::max<std::uint64_t>(ch.counts_.write_max, size);
     const auto data = std::as_bytes(std::span(buf, size));
@@ -342,6 +348,9 @@ void FuseChannel::Ops::write(fuse_req_t req, fuse_ino_t ino, const char *buf, st
     p->offset = static_cast<std::uint64_t>(off);
     p->size = size;
     p->common = common_of(req);
+    // O_SYNC and O_DSYNC writes are fsync'd by the kernel after each
+    // write (nothing to gain); O_DIRECT asks for no caching.
+    p->may_go_behind = ch.settings_.write_behind > 0 && (fi->flags & (O_DIRECT | O_DSYNC)) == 0;
     // (A page a shared mapping dirtied goes back where it belongs.)
     if ((fi->flags & O_APPEND) != 0 && fi->writepage == 0) {
         // pvfs.ko appends at the end the servers know, asked first.
@@ -358,16 +367,27 @@ void FuseChannel::Ops::write(fuse_req_t req, fuse_ino_t ino, const char *buf, st
     ch.start_data(std::move(p), data);
 }
 
-void FuseChannel::Ops::flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info * /*fi*/)
+void FuseChannel::Ops::flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info * /*fi*/)
 {
-    // pvfs.ko's flush writes dirty pages back; FUSE's writes reached the
-    // servers before they returned, so there are none.
-    reply_err(req, 0);
+    // Every close(2): as pvfs.ko's flush writes dirty pages back, this
+    // waits for the file's writes behind and reports their error.
+    FuseChannel &ch = self(req);
+    auto p = ch.pending(req, flush_op, ino);
+    std::vector<std::byte> none;
+    if (ch.park_behind_writes(p, Via::flush, none))
+        return;
+    reply_err(req, ch.take_write_error(ino));
 }
 
 void FuseChannel::Ops::fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info * /*fi*/)
 {
     FuseChannel &ch = self(req);
+    if (!ch.writes_in_flight(ino)) {
+        if (const int err = ch.take_write_error(ino); err != 0) {
+            reply_err(req, err);
+            return;
+        }
+    }
     pvfsd_fsync_req r{};
     r.common = common_of(req);
     r.handle = ino;

@@ -260,6 +260,8 @@ int FuseChannel::attach(pvfsd::Handler &handler, client::Loop &loop, std::string
 
 void FuseChannel::start(std::unique_ptr<Pending> p, std::vector<std::byte> upcall)
 {
+    if (p->op == PVFSD_OP_GETATTR && park_behind_writes(p, Via::plain, upcall))
+        return;
     std::string why;
     auto up = pvfsd::Upcall::parse(upcall, why);
     if (!up || start_ == nullptr) {
@@ -287,6 +289,9 @@ void FuseChannel::start(std::unique_ptr<Pending> p, std::vector<std::byte> upcal
 
 void FuseChannel::start_change(std::unique_ptr<Pending> p, std::vector<std::byte> upcall)
 {
+    // Before it takes a reply slot: a SETATTR or FSYNC behind writes.
+    if (park_behind_writes(p, Via::change, upcall))
+        return;
     if (free_reply_slots_.empty()) {
         // As pvfs.ko's callers wait for a reply slot, but on no thread.
         p->message = std::move(upcall);
@@ -325,6 +330,14 @@ void FuseChannel::start_change(std::unique_ptr<Pending> p, std::vector<std::byte
 
 void FuseChannel::start_data(std::unique_ptr<Pending> p, std::span<const std::byte> write_data)
 {
+    if (p->req != nullptr && writes_in_flight(p->ino)) {
+        // Parked, a WRITE keeps its bytes (the kernel's buffer is reused).
+        if (p->op == PVFSD_OP_WRITE && p->data.empty())
+            p->data.assign(write_data.begin(), write_data.end());
+        std::vector<std::byte> none;
+        if (park_behind_writes(p, Via::data, none))
+            return;
+    }
     const std::uint64_t tag = p->tag;
     fuse_req_t req = p->req;
     Pending &ref = *p;
@@ -345,9 +358,13 @@ void FuseChannel::start_data(std::unique_ptr<Pending> p, std::span<const std::by
                               std::span(slots_).subspan(ref.slot * settings_.slot_size).begin());
         start_io(ref);
     }
-    // An op that could not start has been answered already.
-    if (req != nullptr && pending_.contains(tag))
-        fuse_req_interrupt_func(req, &Ops::interrupt_cb, nullptr);
+    // An op that could not start has been answered already, and a WRITE
+    // gone behind too.
+    if (req != nullptr) {
+        const auto it = pending_.find(tag);
+        if (it != pending_.end() && it->second->req != nullptr)
+            fuse_req_interrupt_func(req, &Ops::interrupt_cb, nullptr);
+    }
 }
 
 void FuseChannel::start_io(Pending &p)
@@ -370,6 +387,7 @@ void FuseChannel::start_io(Pending &p)
     auto up = pvfsd::Upcall::parse(message(p.op, p.tag, r), why);
     if (up && start_ != nullptr) {
         (*start_)(std::move(*up));
+        go_behind(p);
         return;
     }
     gossip::error(gossip::Mask::dev, "{} tag {} not started: {}", pvfsd::op_name(p.op), p.tag,
@@ -523,8 +541,15 @@ void FuseChannel::release(fuse_ino_t ino)
     const auto it = opened_.find(ino);
     if (it == opened_.end() || --it->second.count > 0)
         return;
-    closes_.push_back({ino, it->second.gen});
+    const pvfsd_close_ref ref{ino, it->second.gen};
     opened_.erase(it);
+    // After the writes the kernel was told are done (fuse_behind.cpp).
+    if (writes_in_flight(ino)) {
+        behind_[ino].closes.push_back(ref);
+        return;
+    }
+    closes_.push_back(ref);
+    behind_.erase(ino); // an error nobody took: the file is closed
 }
 
 void FuseChannel::flush_closes()

@@ -62,6 +62,12 @@ struct FuseSettings {
     // Listings with attributes (READDIRPLUS); -o nordirplus, as NFS's,
     // for a directory listed by name only and too large to stat.
     bool readdirplus = true;
+    // Write-behind (-o write_behind=N): at most this many WRITEs answered
+    // once their bytes are in a slot, before the servers have them (as
+    // pvfs.ko's page cache answers write(2)); 0 makes every write wait for
+    // the servers.  Their errors come at fsync and close, as pvfs.ko's
+    // writeback errors do.
+    std::size_t write_behind = 8;
 };
 
 class FuseChannel final : public pvfsd::Channel {
@@ -94,6 +100,9 @@ public:
 
     // Requests waiting for an answer (tests, the status line).
     [[nodiscard]] std::size_t pending() const noexcept { return pending_.size(); }
+    // Writes answered already that the servers have not acknowledged: the
+    // session's end waits for them (pvfsd::serve).
+    [[nodiscard]] bool owes() const override { return behind_total_ > 0; }
     // What the kernel asked for so far and how many inodes it holds by a
     // lookup: the status line (SIGUSR1), which tests and the benchmark read
     // to see how the kernel's requests arrive (a WRITE's size, READDIRPLUS).
@@ -113,6 +122,16 @@ private:
         listing,       // READDIR of a READDIRPLUS: GETATTR its entries, then answer
         listed,        // GETATTR of a READDIRPLUS's entry: `offset` names the listing
     };
+    // How a request parked behind its inode's writes (fuse_behind.cpp)
+    // starts again once they are done.
+    enum class Via : std::uint8_t {
+        plain,  // start()
+        change, // start_change(): it takes a reply slot then
+        data,   // start_data(): it takes a data slot then
+        flush,  // no upcall: FLUSH is answered with the writes' error
+    };
+    // The op of a FLUSH's entry: FUSE's FLUSH has no upcall of its own.
+    static constexpr std::uint16_t flush_op = 0;
     // One FUSE request (or one upcall of pvfs-fuse's own) waiting for its
     // downcall, by tag.
     struct Pending {
@@ -126,6 +145,9 @@ private:
         std::uint32_t reply_slot = PVFSD_NO_SLOT; // a change: the one it holds
         bool started = false;                     // false while it waits for a slot
         Then then = Then::reply;
+        Via via = Via::plain;        // parked behind writes: how it starts again
+        bool may_go_behind = false;  // WRITE: may be answered once its bytes are in a slot
+        bool behind = false;         // WRITE answered already: its end goes to behind_
         std::uint32_t open_mode = 0; // OPEN, CREATE: PVFSD_OPEN_* asked for
         fuse_file_info fi{};         // OPEN's and CREATE's, answered with it
         pvfsd_req_common common{};   // READ, WRITE, CREATE: its caller
@@ -165,7 +187,25 @@ private:
         std::uint64_t reads = 0;
         std::uint64_t read_max = 0; // bytes of the largest READ
         std::uint64_t writes = 0;
-        std::uint64_t write_max = 0; // bytes of the largest WRITE
+        std::uint64_t write_max = 0;     // bytes of the largest WRITE
+        std::uint64_t behind = 0;        // WRITEs answered before the servers had them
+        std::uint64_t behind_waits = 0;  // requests that waited for an inode's writes
+        std::uint64_t behind_errors = 0; // of those writes, how many failed
+    };
+    // An inode's writes that were answered before the servers had them
+    // (write-behind), and what waits for them: a READ, GETATTR, SETATTR,
+    // FSYNC or FLUSH of the inode, or a WRITE over a range still in flight
+    // (the servers might otherwise apply the two in the other order).
+    struct Behind {
+        struct Range {
+            std::uint64_t tag = 0;
+            std::uint64_t offset = 0;
+            std::uint64_t end = 0;
+        };
+        std::vector<Range> in_flight;
+        int error = 0;                       // the first failure, for the next fsync or close
+        std::vector<std::uint64_t> parked;   // tags, in arrival order
+        std::vector<pvfsd_close_ref> closes; // the last release's CLOSE, after the writes
     };
     // What the kernel was last told of an inode it knows by a lookup (its
     // lookup count, as FUSE's forget counts them): whose it is and what
@@ -195,6 +235,24 @@ private:
     void start_io(Pending &p);
     // The waiting ops whose slots came free.
     void start_waiting();
+    // Write-behind (fuse_behind.cpp).  Parks `p` when it must wait for
+    // its inode's writes in flight (true: it is in pending_, and starts
+    // again `via` once they are done, with `upcall` kept).
+    bool park_behind_writes(std::unique_ptr<Pending> &p, Via via, std::vector<std::byte> &upcall);
+    // A WRITE just started: answered now when it may go behind.
+    void go_behind(Pending &p);
+    // The servers' answer to a WRITE answered before.
+    void wrote_behind(const Pending &p, int status, std::span<const std::byte> body);
+    // The inode's writes are done: what waited for them starts.
+    void settle(fuse_ino_t ino);
+    [[nodiscard]] bool writes_in_flight(fuse_ino_t ino) const;
+    // The first error of the inode's writes behind since it was last
+    // reported (0: none), now reported.
+    int take_write_error(fuse_ino_t ino);
+    [[nodiscard]] int write_error(fuse_ino_t ino) const;
+    // `a` as the kernel must see it: a size that counts the writes it was
+    // told are done.
+    [[nodiscard]] pvfsd_attr with_behind(const pvfsd_attr &a) const;
     void finish(std::unique_ptr<Pending> &p, const pvfsd_msg_hdr &hdr,
                 std::span<const std::byte> body);
     void reply_entry(Pending &p, std::span<const std::byte> body);
@@ -268,6 +326,8 @@ private:
     std::unordered_map<fuse_ino_t, Opened> opened_;
     std::unordered_map<fuse_ino_t, Known> known_;
     std::unordered_map<std::uint64_t, std::unique_ptr<Listing>> listings_; // by READDIR tag
+    std::unordered_map<fuse_ino_t, Behind> behind_;
+    std::size_t behind_total_ = 0; // writes behind in flight, all inodes
     Counts counts_;
     std::vector<pvfsd_close_ref> closes_;    // released since the last flush
     std::vector<std::uint64_t> interrupted_; // ops interrupted while waiting for a slot

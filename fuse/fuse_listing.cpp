@@ -221,8 +221,8 @@ void FuseChannel::answer_listing(Listing &l)
         fuse_entry_param e{};
         // Node id 0: a name without attributes, which the kernel counts
         // no lookup of (nor of the dots, which no server should list).
-        const bool with =
-            l.attrs[i].handle == d.handle && !is_dot(d.name) && to_stat(l.attrs[i], e.attr);
+        const bool with = l.attrs[i].handle == d.handle && !is_dot(d.name) &&
+                          to_stat(with_behind(l.attrs[i]), e.attr);
         if (with) {
             e.ino = d.handle;
             e.attr_timeout = attr_timeout(l.attrs[i].type);
@@ -261,10 +261,10 @@ std::string FuseChannel::status() const
         looked_up += k.nlookup > 0 ? 1 : 0;
     return fmt::format("FUSE requests: {} LOOKUP, {} READDIR, {} READDIRPLUS ({} entries with "
                        "attributes), {} READ (largest {} bytes), {} WRITE (largest {} bytes); "
-                       "{} inodes looked up",
+                       "{} inodes looked up; {} WRITE behind ({} failed), {} waited for writes",
                        counts_.lookups, counts_.readdirs, counts_.readdirplus, counts_.plus_entries,
                        counts_.reads, counts_.read_max, counts_.writes, counts_.write_max,
-                       looked_up);
+                       looked_up, counts_.behind, counts_.behind_errors, counts_.behind_waits);
 }
 
 } // namespace pvfs::fuse

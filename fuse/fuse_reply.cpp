@@ -158,6 +158,10 @@ void FuseChannel::finish(std::unique_ptr<Pending> &pp, const pvfsd_msg_hdr &hdr,
         listed(p, status, body);
         return;
     }
+    if (p.behind) {
+        wrote_behind(p, status, body);
+        return;
+    }
     if (p.req == nullptr) {
         if (status != 0)
             gossip::debug(gossip::Mask::pvfsd, "{} tag {}: {}", pvfsd::op_name(p.op), p.tag,
@@ -254,7 +258,8 @@ void FuseChannel::reply_entry(Pending &p, std::span<const std::byte> body)
     // CREATE's answer starts with the attributes too (mknod of a file).
     const auto r = body_of<pvfsd_attr_resp>(body);
     fuse_entry_param e{};
-    if (!r || !to_stat(r->attr, e.attr)) {
+    // (A LOOKUP or LINK of a file whose writes are still going behind.)
+    if (!r || !to_stat(with_behind(r->attr), e.attr)) {
         gossip::error(gossip::Mask::dev, "{} tag {}: malformed attributes", pvfsd::op_name(p.op),
                       p.tag);
         replied(fuse_reply_err(p.req, EIO), pvfsd::op_name(p.op));
@@ -364,7 +369,8 @@ void FuseChannel::reply_attr(Pending &p, std::span<const std::byte> body)
 {
     const auto r = body_of<pvfsd_attr_resp>(body);
     struct stat st {};
-    if (!r || !to_stat(r->attr, st) || r->attr.handle != p.ino) {
+    // (Writes may have gone behind since it started.)
+    if (!r || !to_stat(with_behind(r->attr), st) || r->attr.handle != p.ino) {
         gossip::error(gossip::Mask::dev, "{} tag {}: malformed attributes", pvfsd::op_name(p.op),
                       p.tag);
         replied(fuse_reply_err(p.req, EIO), pvfsd::op_name(p.op));

@@ -207,6 +207,9 @@ std::optional<Mount> sort_options(const Settings &s)
         return std::nullopt;
     }
     std::string attach;
+    // Half the slots may hold writes answered already (the other half
+    // serve reads and the writes beyond): docs/plan/fuse.md "Write-behind".
+    std::size_t write_behind = s.slots / 2;
     // default_permissions: the kernel checks the mode bits against the
     // attributes before it asks, as pvfs.ko's permission op does
     // (generic_permission on attributes fetched again once stale); the
@@ -239,6 +242,20 @@ std::optional<Mount> sort_options(const Settings &s)
                     return std::nullopt;
                 }
                 attach += (attach.empty() ? "" : ",") + std::string(opt);
+            } else if (key == "write_behind" || opt == "nowrite_behind") {
+                unsigned n = 0;
+                const auto [end, parse_error] =
+                    std::from_chars(value.data(), value.data() + value.size(), n);
+                if (opt != "nowrite_behind" &&
+                    (value.empty() || parse_error != std::errc{} ||
+                     end != value.data() + value.size() || n > s.slots)) {
+                    std::fprintf(stderr,
+                                 "pvfs-fuse: %s: write_behind takes a number of writes, 0 to "
+                                 "the %u slots\n",
+                                 std::string(opt).c_str(), s.slots);
+                    return std::nullopt;
+                }
+                write_behind = opt == "nowrite_behind" ? 0 : n;
             } else if (opt == "nordirplus" || opt == "rdirplus") {
                 m.fuse.readdirplus = opt == "rdirplus";
             } else if (opt == "noac") {
@@ -264,6 +281,7 @@ std::optional<Mount> sort_options(const Settings &s)
     m.fuse.attach_options = attach;
     m.fuse.slots = s.slots;
     m.fuse.slot_size = s.slot_size;
+    m.fuse.write_behind = write_behind;
     m.fuse_options = fuse_opts;
     return m;
 }
@@ -417,7 +435,8 @@ int run_main(int argc, char **argv)
     std::string help_only;
     app.option("-o", help_only,
                "mount options: hard, soft, softerr, timeo=T, retrans=N, key=FILE (as pvfs.ko's), "
-               "acregmin=, acdirmin=, actimeo=, noac, nordirplus; the others go to FUSE (ro, "
+               "acregmin=, acdirmin=, actimeo=, noac, nordirplus, write_behind=N, nowrite_behind; "
+               "the others go to FUSE (ro, "
                "allow_other, ...)");
     app.option("-c,--config", s.config, "the cluster config file instead of SOURCE");
     app.option("--key-file", s.key_file,

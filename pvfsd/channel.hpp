@@ -54,6 +54,10 @@ public:
     // be done about it.  A front end may start upcalls of its own here
     // (pvfs-fuse: a READ that waited for the slot this answer frees).
     virtual void send(std::vector<std::byte> downcall, const Starter &start) = 0;
+    // Whether the channel still owes the servers work it answered already
+    // (pvfs-fuse's writes behind): after `ended`, serve() runs until it
+    // owes nothing, so an aborted FUSE connection loses no written bytes.
+    [[nodiscard]] virtual bool owes() const { return false; }
 };
 
 struct ServeOptions {

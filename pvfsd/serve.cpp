@@ -39,6 +39,11 @@ public:
         fds_.push_back(fd);
         return true;
     }
+    void remove(int fd)
+    {
+        if (std::erase(fds_, fd) > 0)
+            loop_.unwatch_fd(fd);
+    }
 
 private:
     client::Loop &loop_;
@@ -78,6 +83,24 @@ int serve(Channel &channel, Handler &handler, client::Loop &loop, const ServeOpt
                 break;
             case Channel::Received::ended:
                 answer();
+                if (channel.owes()) {
+                    // What was answered already reaches the servers (or a
+                    // signal ends it: pvfs-fuse's SIGTERM, a hard mount's
+                    // way out).  The ended channel is readable for ever.
+                    gossip::info(gossip::Mask::pvfsd,
+                                 "the channel ended: finishing the writes it answered");
+                    watches.remove(channel.fd());
+                    while (channel.owes()) {
+                        while (::read(options.signal_fd, &si, sizeof(si)) > 0) {
+                            if (options.on_signal &&
+                                options.on_signal(static_cast<int>(si.ssi_signo)))
+                                return 0;
+                        }
+                        loop.poll(handler.idle_ms(1000));
+                        handler.run_timers();
+                        answer();
+                    }
+                }
                 return 0;
             case Channel::Received::failed:
                 return 1;
