@@ -144,7 +144,7 @@ help:
 	@echo "make deb          Debian packages into $(BUILD)/deb/ (pvfs-dkms, pvfs-client, pvfs-server,"
 	@echo "                  pvfs-tools, libpvfs-dev), checked by lintian"
 	@echo "make bench-fs     file-system benchmark into bench/results/fs/ (QUICK=1: short run)"
-	@echo "make bench-kernel the mount vs the client library in the QEMU guest, into"
+	@echo "make bench-kernel the mount vs the client library vs FUSE in the QEMU guest, into"
 	@echo "                  bench/results/kernel/ (QUICK=1: short run; KERNEL=6.12)"
 	@echo "make bench-ib     BMI over Soft-RoCE vs perftest and TCP in the QEMU guest, into"
 	@echo "                  bench/results/ib/ (QUICK=1: short run; KERNEL=6.12)"
