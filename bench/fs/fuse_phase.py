@@ -5,6 +5,8 @@ library (pvfs-cp, pvfs-ls) on the same cluster, in the same run.
     into the mount vs pvfs-cp -t from the same tmpfs source;
   - sequential read of it: dd out of the mount into tmpfs (fsync'd) vs
     pvfs-cp -t out, each copy compared with the source (cmp);
+  - the same dd write through a second mount with -o nowrite_behind (what
+    write-behind gives: every WRITE waited for);
   - `ls -l` of a directory of N files (each repetition a directory the
     mount's kernel caches have not seen) vs pvfs-ls -l of it, and the same
     through a second mount with -o nordirplus (what READDIRPLUS gives).
@@ -30,15 +32,16 @@ import time
 from pathlib import Path
 
 CLUSTER = "tmpfs"
-SIDES_DATA = ("fuse", "library")
+SIDES_DATA = ("fuse", "library", "fuse-nowrite_behind")
+NO_BEHIND = "fuse-nowrite_behind"  # a write-only side
 SIDES_LIST = ("fuse", "library", "fuse-nordirplus")
 FILE_BYTES = 100  # each listed file's size: sizes come from the data servers
 STATUS = re.compile(
     r"FUSE requests: (\d+) LOOKUP, (\d+) READDIR, (\d+) READDIRPLUS \((\d+) entries with "
     r"attributes\), (\d+) READ \(largest (\d+) bytes\), (\d+) WRITE \(largest (\d+) bytes\); "
-    r"(\d+) inodes looked up")
+    r"(\d+) inodes looked up; (\d+) WRITE behind")
 STATUS_KEYS = ("lookups", "readdirs", "readdirplus", "plus_entries", "reads", "read_max",
-               "writes", "write_max", "looked_up")
+               "writes", "write_max", "looked_up", "behind")
 
 
 def unusable(build):
@@ -126,8 +129,9 @@ def delta(after, before, key):
     return after[key] - before[key]
 
 
-def data_phase(R, b, cluster, mount, work):
-    """Sequential write and read: dd through the mount vs pvfs-cp."""
+def data_phase(R, b, cluster, mounts, work):
+    """Sequential write and read: dd through the mount vs pvfs-cp, and the
+    write through the -o nowrite_behind mount."""
     size, block = b.p.fuse_bytes, R.BLOCK
     src, back = work / "src.dat", work / "back.dat"
     b.make_file(src, size)
@@ -136,13 +140,17 @@ def data_phase(R, b, cluster, mount, work):
         order = SIDES_DATA if rep % 2 == 0 else SIDES_DATA[::-1]
         for op in ("write", "read"):
             for side in order:
+                if side == NO_BEHIND and op != "write":
+                    continue
                 what = f"FUSE phase {side} {op} rep {rep}"
-                name = f"fuse-{rep}.dat" if side == "fuse" else f"lib-{rep}.dat"
-                before = mount.status() if side == "fuse" else None
-                if side == "fuse" and op == "write":
+                name = {"fuse": f"fuse-{rep}.dat", NO_BEHIND: f"fuse-wt-{rep}.dat"}.get(
+                    side, f"lib-{rep}.dat")
+                mount = mounts.get(side)
+                before = mount.status() if mount else None
+                if mount and op == "write":
                     argv = ["dd", f"if={src}", f"of={mount.mnt / name}", f"bs={block}",
                             "conv=fsync"]
-                elif side == "fuse":
+                elif mount:
                     back.unlink(missing_ok=True)
                     argv = ["dd", f"if={mount.mnt / name}", f"of={back}", f"bs={block}",
                             "conv=fsync"]
@@ -155,8 +163,8 @@ def data_phase(R, b, cluster, mount, work):
                                  env=b.env)
                 cluster.check_alive(what)
                 b.runner.check(r, what)
-                nbytes, secs = (R.parse_dd if side == "fuse" else R.parse_cp)(r, size, what)
-                if side == "fuse":
+                nbytes, secs = (R.parse_dd if mount else R.parse_cp)(r, size, what)
+                if mount:
                     after = mount.status()
                     b.fuse_seen[op] = max(b.fuse_seen.get(op, 0),
                                           after["write_max" if op == "write" else "read_max"])
@@ -164,6 +172,9 @@ def data_phase(R, b, cluster, mount, work):
                     key = "writes" if op == "write" else "reads"
                     if delta(after, before, key) == 0:
                         raise R.Failure(f"{what}: pvfs-fuse saw no {key.upper()} (cached?)")
+                    if op == "write":
+                        b.fuse_behind[side] = (b.fuse_behind.get(side, 0) +
+                                               delta(after, before, "behind"))
                 if op == "read":
                     c = b.runner.run("cmp", f"fuse.cmp.{side}.r{rep}", ["cmp", src, back], rep,
                                      env=b.env, record=False)
@@ -246,15 +257,20 @@ def run(R, b, cluster, work):
         R.log(f"FUSE phase skipped: {why}")
         return
     work.mkdir(parents=True, exist_ok=True)
-    mount = Mount(R, b.build, b.runner, cluster.config, work / "mnt", b.runner.logdir /
-                  "fuse-data.log")
+    mounts = {"fuse": Mount(R, b.build, b.runner, cluster.config, work / "mnt",
+                            b.runner.logdir / "fuse-data.log"),
+              NO_BEHIND: Mount(R, b.build, b.runner, cluster.config, work / "mnt-wt",
+                               b.runner.logdir / "fuse-data-nowrite_behind.log",
+                               ("nowrite_behind",))}
     b.runner.watched = cluster.pids()
     try:
-        mount.start()
-        b.runner.watched["pvfs-fuse"] = mount.proc.pid
-        data_phase(R, b, cluster, mount, work)
+        for side, mount in mounts.items():
+            mount.start()
+            b.runner.watched[f"pvfs-fuse {side}"] = mount.proc.pid
+        data_phase(R, b, cluster, mounts, work)
     finally:
-        mount.stop()
+        for mount in mounts.values():
+            mount.stop()
         b.runner.watched = {}
     list_phase(R, b, cluster, work)
 
@@ -274,6 +290,13 @@ def targets(R, b):
             f"a {size} file, dd bs={R.BLOCK // R.MiB}M vs pvfs-cp -t; largest {op.upper()} "
             f"pvfs-fuse got: {b.fuse_seen.get(op, 0)} bytes",
             ratios=b.paired_ratios("fuse", "library", **match)))
+    match = dict(phase="fuse", what=CLUSTER, op="write")
+    out.append(R.entry(
+        "FUSE sequential write, write-behind on/off", R.median(b.values(target="fuse", **match)),
+        R.median(b.values(target=NO_BEHIND, **match)), "MiB/s", "ratio", ">=", 1.0, ">= 1.00",
+        f"two mounts of the same cluster, -o nowrite_behind on the second; WRITEs answered "
+        f"behind: {b.fuse_behind.get('fuse', 0)} and {b.fuse_behind.get(NO_BEHIND, 0)}",
+        ratios=b.paired_ratios("fuse", NO_BEHIND, **match)))
     match = dict(phase="fuse", what=CLUSTER, op="ls -l")
     n = b.p.fuse_files
     out.append(R.entry(
@@ -308,14 +331,16 @@ def summary(R, b):
              "library of the rates, median (min–max) of the per-repetition ratios.\n")
     L.append("| what | FUSE | library | ratio |")
     L.append("|---|---|---|---|")
-    for op, unit, base in (("write", "MiB/s", "library"), ("read", "MiB/s", "library"),
+    for op, unit, base in (("write", "MiB/s", "library"), ("write", "MiB/s", NO_BEHIND),
+                           ("read", "MiB/s", "library"),
                            ("ls -l", "entries/s", "library"),
                            ("ls -l", "entries/s", "fuse-nordirplus")):
         match = dict(phase="fuse", what=CLUSTER, op=op)
         ratios = b.paired_ratios("fuse", base, **match)
         spread = (f"{R.statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f})"
                   if ratios else "—")
-        label = f"{op} ({unit})" + (" vs -o nordirplus" if base != "library" else "")
+        label = f"{op} ({unit})" + {"library": "", NO_BEHIND: " vs -o nowrite_behind"}.get(
+            base, " vs -o nordirplus")
         L.append(f"| {label} | {R.cell(b.values(target='fuse', **match))} | "
                  f"{R.cell(b.values(target=base, **match))} | {spread} |")
     L.append("")

@@ -37,7 +37,7 @@ FILES = ("data.csv", "pairs.csv", "summary.md", "summary.json", "invocations.csv
          "mdtest.png")
 PROFILES = ("bench-C4-S4-write.txt", "mdtest-C1-create.txt")
 FUSE_GOAL = 0.50
-FUSE_SIDES = {"write": ("fuse", "library"), "read": ("fuse", "library"),
+FUSE_SIDES = {"write": ("fuse", "library", "fuse-nowrite_behind"), "read": ("fuse", "library"),
               "ls -l": ("fuse", "library", "fuse-nordirplus")}
 
 
@@ -62,6 +62,8 @@ def fuse_targets(files):
                                           ("write", "fuse", "library")),
         "FUSE/library sequential read": ("ratio", ">= 0.50", FUSE_GOAL,
                                          ("read", "fuse", "library")),
+        "FUSE sequential write, write-behind on/off": ("ratio", ">= 1.00", 1.0,
+                                                       ("write", "fuse", "fuse-nowrite_behind")),
         f"FUSE/library ls -l of {files} files": ("ratio", ">= 0.50", FUSE_GOAL,
                                                  ("ls -l", "fuse", "library")),
         f"FUSE ls -l of {files} files, readdirplus on/off": ("ratio", ">= 1.00", 1.0,
