@@ -42,10 +42,10 @@ int FuseChannel::write_error(fuse_ino_t ino) const
     return it == behind_.end() ? 0 : it->second.error;
 }
 
-int FuseChannel::take_write_error(fuse_ino_t ino)
+int FuseChannel::take_write_error(fuse_ino_t ino, std::uint32_t open_mode)
 {
     const auto it = behind_.find(ino);
-    if (it == behind_.end())
+    if (it == behind_.end() || (open_mode & PVFSD_OPEN_WRITE) == 0)
         return 0;
     return std::exchange(it->second.error, 0);
 }
@@ -117,7 +117,13 @@ void FuseChannel::go_behind(Pending &p)
     if (!p.may_go_behind || p.req == nullptr || p.op != PVFSD_OP_WRITE ||
         behind_total_ >= settings_.write_behind)
         return;
-    behind_[p.ino].in_flight.push_back({p.tag, p.offset, p.offset + p.size});
+    Behind &b = behind_[p.ino];
+    // While a request waits for the inode's writes, no new one goes
+    // behind (it is answered when done, as without write-behind): else a
+    // steady writer would keep a stat or a reader of the file waiting.
+    if (!b.parked.empty())
+        return;
+    b.in_flight.push_back({p.tag, p.offset, p.offset + p.size});
     ++behind_total_;
     ++counts_.behind;
     p.behind = true;
@@ -136,13 +142,13 @@ void FuseChannel::wrote_behind(const Pending &p, int status, std::span<const std
         // The kernel was told all of it went: a short count is a loss.
         err = EIO;
     }
+    --behind_total_;
     const auto it = behind_.find(p.ino);
     if (it == behind_.end()) {
         gossip::error(gossip::Mask::dev, "WRITE tag {} behind: no record of {:#x}", p.tag, p.ino);
         return;
     }
     std::erase_if(it->second.in_flight, [&](const Behind::Range &r) { return r.tag == p.tag; });
-    --behind_total_;
     if (err != 0) {
         ++counts_.behind_errors;
         gossip::warning(gossip::Mask::pvfsd,
@@ -172,12 +178,15 @@ void FuseChannel::settle(fuse_ino_t ino)
             continue; // interrupted meanwhile
         std::unique_ptr<Pending> p = std::move(node.mapped());
         std::vector<std::byte> upcall = std::move(p->message);
-        if (p->op == flush_op || p->op == PVFSD_OP_FSYNC) {
-            if (const int err = writes_in_flight(ino) ? 0 : take_write_error(ino); err != 0) {
-                tag_of_.erase(p->req);
-                replied(fuse_reply_err(p->req, err), "FSYNC or FLUSH");
-                continue;
-            }
+        int err = 0;
+        if (p->op == flush_op || p->op == PVFSD_OP_FSYNC)
+            err = writes_in_flight(ino) ? 0 : take_write_error(ino, p->open_mode);
+        else if (p->op == PVFSD_OP_WRITE || p->then == Then::append)
+            err = write_error(ino); // the writes after a failed one fail with it
+        if (err != 0) {
+            tag_of_.erase(p->req);
+            replied(fuse_reply_err(p->req, err), "a request after a failed write");
+            continue;
         }
         switch (p->via) {
         case Via::plain:
@@ -193,15 +202,17 @@ void FuseChannel::settle(fuse_ino_t ino)
             if (park_behind_writes(p, Via::flush, upcall))
                 break;
             tag_of_.erase(p->req);
-            replied(fuse_reply_err(p->req, take_write_error(ino)), "FLUSH");
+            replied(fuse_reply_err(p->req, take_write_error(ino, p->open_mode)), "FLUSH");
             break;
         }
     }
     if (start_ != nullptr)
         flush_closes();
     it = behind_.find(ino);
+    // An error nobody took goes with the file's last close (logged when
+    // it came), not to the next open.
     if (it != behind_.end() && it->second.in_flight.empty() && it->second.parked.empty() &&
-        it->second.closes.empty() && it->second.error == 0)
+        it->second.closes.empty() && (it->second.error == 0 || !opened_.contains(ino)))
         behind_.erase(it);
 }
 

@@ -367,23 +367,27 @@ void FuseChannel::Ops::write(fuse_req_t req, fuse_ino_t ino, const char *buf, st
     ch.start_data(std::move(p), data);
 }
 
-void FuseChannel::Ops::flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info * /*fi*/)
+void FuseChannel::Ops::flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi)
 {
     // Every close(2): as pvfs.ko's flush writes dirty pages back, this
-    // waits for the file's writes behind and reports their error.
+    // waits for the file's writes behind and reports their error to a
+    // file opened for writing (a reader's close must not take it from
+    // the writer).
     FuseChannel &ch = self(req);
     auto p = ch.pending(req, flush_op, ino);
+    p->open_mode = fi != nullptr ? static_cast<std::uint32_t>(fi->fh) : 0;
     std::vector<std::byte> none;
     if (ch.park_behind_writes(p, Via::flush, none))
         return;
-    reply_err(req, ch.take_write_error(ino));
+    reply_err(req, ch.take_write_error(ino, p->open_mode));
 }
 
-void FuseChannel::Ops::fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info * /*fi*/)
+void FuseChannel::Ops::fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info *fi)
 {
     FuseChannel &ch = self(req);
+    const auto mode = fi != nullptr ? static_cast<std::uint32_t>(fi->fh) : 0U;
     if (!ch.writes_in_flight(ino)) {
-        if (const int err = ch.take_write_error(ino); err != 0) {
+        if (const int err = ch.take_write_error(ino, mode); err != 0) {
             reply_err(req, err);
             return;
         }
@@ -393,6 +397,7 @@ void FuseChannel::Ops::fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_
     r.handle = ino;
     r.datasync = datasync != 0 ? 1 : 0;
     auto p = ch.pending(req, PVFSD_OP_FSYNC, ino);
+    p->open_mode = mode; // for the error, if it waits for writes behind
     auto bytes = message(p->op, p->tag, r);
     ch.start_change(std::move(p), std::move(bytes));
 }

@@ -107,6 +107,12 @@ FuseChannel::FuseChannel(FuseSettings settings)
 
 FuseChannel::~FuseChannel()
 {
+    if (behind_total_ > 0)
+        gossip::error(gossip::Mask::pvfsd,
+                      "{} writes answered already never reached the servers (pvfs-fuse stopped "
+                      "before they were done): their files' contents are older than their "
+                      "writers were told",
+                      behind_total_);
     // Every request still waiting gets an answer, which frees it.
     for (auto &[tag, p] : pending_) {
         if (p->req != nullptr)
@@ -460,6 +466,10 @@ pvfsd::Channel::Received FuseChannel::receive(const Starter &start)
             continue;
         tag_of_.erase(it->second->req);
         replied(fuse_reply_err(it->second->req, EINTR), "an interrupted request");
+        // An open whose truncation never started is no open (as finish()
+        // says when the truncation fails).
+        if (it->second->then == Then::truncate || it->second->then == Then::truncate_open)
+            release(it->second->ino);
         pending_.erase(it);
     }
     if (result == Received::drained)

@@ -247,8 +247,9 @@ private:
     void settle(fuse_ino_t ino);
     [[nodiscard]] bool writes_in_flight(fuse_ino_t ino) const;
     // The first error of the inode's writes behind since it was last
-    // reported (0: none), now reported.
-    int take_write_error(fuse_ino_t ino);
+    // reported (0: none), now reported, to a file open for writing
+    // (`open_mode`, PVFSD_OPEN_*; others get 0 and leave it).
+    int take_write_error(fuse_ino_t ino, std::uint32_t open_mode);
     [[nodiscard]] int write_error(fuse_ino_t ino) const;
     // `a` as the kernel must see it: a size that counts the writes it was
     // told are done.

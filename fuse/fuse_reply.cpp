@@ -327,7 +327,8 @@ void FuseChannel::reply_create(std::unique_ptr<Pending> &pp, std::span<const std
 bool FuseChannel::answer_create(Pending &p, const pvfsd_attr &a)
 {
     fuse_entry_param e{};
-    if (!to_stat(a, e.attr) || a.handle != p.ino) {
+    // (An O_TRUNC create of a file another open writes behind.)
+    if (!to_stat(with_behind(a), e.attr) || a.handle != p.ino) {
         release(p.ino);
         replied(fuse_reply_err(p.req, EIO), "CREATE");
         return false;
@@ -335,7 +336,9 @@ bool FuseChannel::answer_create(Pending &p, const pvfsd_attr &a)
     e.ino = a.handle;
     e.attr_timeout = attr_timeout(a.type);
     e.entry_timeout = seconds(settings_.entry_timeout);
-    p.fi.fh = p.open_mode;
+    // The caller's own modes, not all the mount holds the file for (a
+    // reader's close must not take a writer's error: fuse_behind.cpp).
+    p.fi.fh = detail::open_bits(p.fi.flags);
     p.fi.keep_cache = 0;
     const int rc = fuse_reply_create(p.req, &e, &p.fi);
     replied(rc, "CREATE");
@@ -425,7 +428,9 @@ void FuseChannel::reply_open(std::unique_ptr<Pending> &pp, std::span<const std::
                           strerrordesc_np(-rc));
     }
     learned(r->attr, false);
-    p.fi.fh = p.open_mode;
+    // The caller's own modes, not all the mount holds the file for (a
+    // reader's close must not take a writer's error: fuse_behind.cpp).
+    p.fi.fh = detail::open_bits(p.fi.flags);
     p.fi.keep_cache = 0; // close-to-open: another client may have written
     if (p.then == Then::open_created) {
         static_cast<void>(answer_create(p, r->attr));

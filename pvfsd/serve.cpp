@@ -91,6 +91,12 @@ int serve(Channel &channel, Handler &handler, client::Loop &loop, const ServeOpt
                                  "the channel ended: finishing the writes it answered");
                     watches.remove(channel.fd());
                     while (channel.owes()) {
+                        if (handler.in_flight() == 0) {
+                            // Owed, but nothing runs that could pay it.
+                            gossip::error(gossip::Mask::pvfsd,
+                                          "the channel owes writes no request is doing");
+                            break;
+                        }
                         while (::read(options.signal_fd, &si, sizeof(si)) > 0) {
                             if (options.on_signal &&
                                 options.on_signal(static_cast<int>(si.ssi_signo)))
