@@ -39,8 +39,11 @@ std::uint64_t realtime_now_ns()
 
 std::vector<std::uint8_t> to_bytes(const std::vector<std::byte> &b)
 {
+    // (Not memcpy: an empty value's data() may be null, which memcpy
+    // must not be given, as UBSan says of an empty xattr's reply.)
     std::vector<std::uint8_t> out(b.size());
-    std::memcpy(out.data(), b.data(), b.size());
+    std::ranges::transform(b, out.begin(),
+                           [](std::byte x) { return std::to_integer<std::uint8_t>(x); });
     return out;
 }
 
