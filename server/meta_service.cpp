@@ -139,8 +139,10 @@ struct ReadHandler {
         const int rc = store.xattr_get(cred, xg.handle, xg.name, value);
         if (rc == 0) {
             proto::XattrGetResponse out;
+            // (Not memcpy: an empty vector's data() may be null.)
             out.value.resize(value.size());
-            std::memcpy(out.value.data(), value.data(), value.size());
+            std::ranges::transform(value, out.value.begin(),
+                                   [](char c) { return static_cast<std::byte>(c); });
             loop.respond(origin, std::move(out));
         }
         return rc;
