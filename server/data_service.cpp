@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "pvfs/gossip.hpp"
+#include "pvfs/metrics.hpp"
 
 namespace pvfs::server {
 
@@ -64,6 +65,7 @@ struct DataService::Flow {
         std::size_t store_ops = 0;
         bmi::OpId op = bmi::no_op;
         Stage stage = Stage::idle;
+        std::uint64_t stage_since_ns = 0; // when the current stage began
 
         void on_bmi(const bmi::Completion &completion) override
         {
@@ -95,6 +97,7 @@ struct DataService::Flow {
     std::uint64_t next_send = 0; // reads: the chunk whose send is posted next
     int error = 0;               // a positive errno once the request has failed
     bool waiting_for_buffer = false;
+    std::uint64_t waiting_since_ns = 0;
     bool done = false;
     proto::Bytes inline_data;
     proto::Bytes rdma; // the client's memory, when the server moves the data itself
@@ -105,6 +108,37 @@ struct DataService::Flow {
     proto::ChunkBinding binding;
     std::vector<proto::ChunkMac> tags;
     std::array<Slot, 2> slots;
+
+    [[nodiscard]] BulkCounters &counters() const
+    {
+        return is_write ? service.bulk_.write : service.bulk_.read;
+    }
+
+    // The slot moves to `next`; the time of the stage it leaves is counted
+    // (BulkCounters).
+    void enter(Slot &s, Stage next) const
+    {
+        const std::uint64_t now = metrics::monotonic_ns();
+        if (s.stage_since_ns != 0 && now > s.stage_since_ns) {
+            const std::uint64_t ns = now - s.stage_since_ns;
+            BulkCounters &c = counters();
+            switch (s.stage) {
+            case Stage::network:
+                c.network_ns += ns;
+                break;
+            case Stage::storage:
+                c.storage_ns += ns;
+                break;
+            case Stage::ready:
+                c.queued_ns += ns;
+                break;
+            case Stage::idle:
+                break;
+            }
+        }
+        s.stage = next;
+        s.stage_since_ns = next == Stage::idle ? 0 : now;
+    }
 
     [[nodiscard]] proto::ChunkMac mac_of(const Slot &s) const
     {
@@ -125,7 +159,8 @@ struct DataService::Flow {
             s.length = inline_data.size();
             next_chunk = 1;
             plan_pieces(s);
-            s.stage = Stage::storage;
+            ++counters().chunks;
+            enter(s, Stage::storage);
             pump(s);
             return;
         }
@@ -141,27 +176,42 @@ struct DataService::Flow {
             if (s.buffer.size() == 0 && !service.take_buffer(s.buffer)) {
                 if (!waiting_for_buffer) {
                     waiting_for_buffer = true;
+                    waiting_since_ns = metrics::monotonic_ns();
+                    ++service.bulk_.buffer_waits;
                     service.waiting_.push_back(id);
                 }
                 return;
             }
+            stop_waiting();
             start_chunk(s);
         }
+    }
+
+    // A wait for a buffer ends: its time is counted.
+    void stop_waiting()
+    {
+        if (waiting_since_ns == 0)
+            return;
+        const std::uint64_t now = metrics::monotonic_ns();
+        if (now > waiting_since_ns)
+            service.bulk_.buffer_wait_ns += now - waiting_since_ns;
+        waiting_since_ns = 0;
     }
 
     void start_chunk(Slot &s)
     {
         s.chunk = next_chunk++;
+        ++counters().chunks;
         const std::uint64_t begin = s.chunk * chunk;
         s.length = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, total - begin));
         s.data = std::span(s.buffer.data(), s.length);
         plan_pieces(s);
         if (!is_write) {
-            s.stage = Stage::storage;
+            enter(s, Stage::storage);
             pump(s);
             return;
         }
-        s.stage = Stage::network;
+        enter(s, Stage::network);
         bmi::Bmi &bmi = service.loop_.bmi();
         const bmi::Post p = rdma.empty()
                                 ? bmi.post_recv(origin.peer, s.data.data(), s.length,
@@ -262,7 +312,7 @@ struct DataService::Flow {
             chunk_done(s);
             return;
         }
-        s.stage = Stage::ready;
+        enter(s, Stage::ready);
         send_ready();
     }
 
@@ -278,7 +328,7 @@ struct DataService::Flow {
                     continue;
                 ++next_send;
                 sent = true;
-                s.stage = Stage::network;
+                enter(s, Stage::network);
                 if (mac_key) {
                     tags.at(s.chunk) = mac_of(s);
                     if (service.options_.tamper_reads && s.length != 0)
@@ -337,7 +387,7 @@ struct DataService::Flow {
                 settle(s);
                 return;
             }
-            s.stage = Stage::storage;
+            enter(s, Stage::storage);
             pump(s);
             return;
         }
@@ -347,7 +397,7 @@ struct DataService::Flow {
     void chunk_done(Slot &s)
     {
         ++chunks_done;
-        s.stage = Stage::idle;
+        enter(s, Stage::idle);
         if (next_chunk < chunks && s.buffer.size() != 0) {
             start_chunk(s);
             return;
@@ -362,7 +412,7 @@ struct DataService::Flow {
     {
         if (s.op != bmi::no_op || s.store_ops != 0)
             return;
-        s.stage = Stage::idle;
+        enter(s, Stage::idle);
         release(s);
         check_finished();
     }
@@ -635,6 +685,7 @@ void DataService::do_fsync(const Origin &origin, Handle handle)
 
 void DataService::finish_flow(Flow &flow)
 {
+    flow.stop_waiting();
     if (flow.waiting_for_buffer) {
         std::erase(waiting_, flow.id);
         flow.waiting_for_buffer = false;

@@ -30,6 +30,7 @@
 #include "bmi/bmi.hpp"
 #include "core.hpp"
 #include "object_store.hpp"
+#include "pvfs/counters.hpp"
 #include "pvfs/proto.hpp"
 
 namespace pvfs::server {
@@ -80,6 +81,15 @@ public:
     // File data moved since start as bulk messages, and by RDMA.
     [[nodiscard]] std::uint64_t message_bytes() const noexcept { return message_bytes_; }
     [[nodiscard]] std::uint64_t rdma_bytes() const noexcept { return rdma_bytes_; }
+    // Where bulk chunks spent their time since start (pvfs/counters.hpp
+    // BulkCounters): what pvfs-ping --counters and the metrics show.
+    struct BulkStats {
+        BulkCounters write;
+        BulkCounters read;
+        std::uint64_t buffer_waits = 0;
+        std::uint64_t buffer_wait_ns = 0;
+    };
+    [[nodiscard]] const BulkStats &bulk_stats() const noexcept { return bulk_; }
 
     struct Flow;
 
@@ -112,6 +122,7 @@ private:
     std::vector<data::Completion> reaped_;
     std::uint64_t message_bytes_ = 0;
     std::uint64_t rdma_bytes_ = 0;
+    BulkStats bulk_;
 };
 
 } // namespace pvfs::server

@@ -358,6 +358,41 @@ bool Server::start_metrics(const std::string &path, std::chrono::milliseconds in
         rdma.emplace_back("transport", "rdma");
         r.counter_fn("pvfs_server_bulk_bytes_total", help, std::move(rdma),
                      [this] { return data_->rdma_bytes(); });
+        // Where bulk chunks spend their time (pvfs/counters.hpp BulkCounters).
+        for (const bool write : {true, false}) {
+            auto side = [this, write]() -> const BulkCounters & {
+                const DataService::BulkStats &b = data_->bulk_stats();
+                return write ? b.write : b.read;
+            };
+            metrics::Labels l = labels;
+            l.emplace_back("direction", write ? "write" : "read");
+            r.counter_fn("pvfs_server_bulk_chunks_total",
+                         "Bulk chunks of read and write requests started.", l,
+                         [side] { return side().chunks; });
+            constexpr const char *stage_help =
+                "Microseconds bulk chunks spent in each stage, summed over chunks: network "
+                "(a write's receive posted until its bytes are in, a read's send posted until "
+                "sent), storage (store writes or reads), queued (read, waiting for the "
+                "chunks before it to be sent).";
+            const std::array<std::pair<const char *, std::uint64_t BulkCounters::*>, 3> stages{
+                {{"network", &BulkCounters::network_ns},
+                 {"storage", &BulkCounters::storage_ns},
+                 {"queued", &BulkCounters::queued_ns}}};
+            for (const auto &[stage, member] : stages) {
+                if (write && member == &BulkCounters::queued_ns)
+                    continue;
+                metrics::Labels sl = l;
+                sl.emplace_back("stage", stage);
+                r.counter_fn("pvfs_server_bulk_stage_microseconds_total", stage_help, std::move(sl),
+                             [side, field = member] { return side().*field / 1000; });
+            }
+        }
+        r.counter_fn("pvfs_server_bulk_buffer_waits_total",
+                     "Read and write requests that waited for a chunk buffer from the pool.",
+                     labels, [this] { return data_->bulk_stats().buffer_waits; });
+        r.counter_fn("pvfs_server_bulk_buffer_wait_microseconds_total",
+                     "Microseconds requests waited for chunk buffers, summed.", labels,
+                     [this] { return data_->bulk_stats().buffer_wait_ns / 1000; });
     }
     if (meta_) {
         r.gauge_fn("pvfs_server_meta_changes_pending",
@@ -548,7 +583,7 @@ void Server::on_request(const bmi::UnexpectedMessage &message)
         return;
     case proto::Op::status: {
         const auto *asked = std::get_if<proto::StatusRequest>(&request_.body);
-        respond(origin, status(asked != nullptr && asked->counters.has_value()));
+        respond(origin, status(asked != nullptr ? asked->counters.value_or(0) : 0));
         return;
     }
     case proto::Op::statfs:
@@ -749,7 +784,7 @@ void Server::reload_keys(const char *why)
     }
 }
 
-proto::StatusResponse Server::status(bool counters) const
+proto::StatusResponse Server::status(std::uint16_t counters) const
 {
     proto::StatusResponse s;
     s.server_name = self_.name;
@@ -763,13 +798,21 @@ proto::StatusResponse Server::status(bool counters) const
         s.bulk_message_bytes = data_->message_bytes();
         s.bulk_rdma_bytes = data_->rdma_bytes();
     }
-    if (counters && metrics_) {
+    if (counters != 0 && metrics_) {
         proto::ServerCounters &c = s.counters.emplace();
         metrics_->counters(c);
+        // The version asked for, or ours if older: the asker decodes it.
+        c.version = std::min(counters, proto::counters_version);
         c.replies_in_flight = replies_in_flight_.size();
         c.connections = bmi_->get_info(bmi::Info::open_connections);
-        if (data_)
+        if (data_) {
             c.data_active = data_->active();
+            const DataService::BulkStats &b = data_->bulk_stats();
+            c.bulk_write = b.write;
+            c.bulk_read = b.read;
+            c.buffer_waits = b.buffer_waits;
+            c.buffer_wait_ns = b.buffer_wait_ns;
+        }
         if (meta_) {
             c.meta_pending = meta_->active();
             c.meta_commits = meta_->commits();

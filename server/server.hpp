@@ -104,8 +104,9 @@ private:
     bool capability_allows(const Origin &origin);
     void send(const Origin &origin, proto::Response &response);
     void reply_done(Reply &reply, const bmi::Completion &done);
-    // With the counters (pvfs-top) when `counters`.
-    [[nodiscard]] proto::StatusResponse status(bool counters = false) const;
+    // With the counters (pvfs-top) when `counters`, the newest counters
+    // version the asker reads, is not 0.
+    [[nodiscard]] proto::StatusResponse status(std::uint16_t counters = 0) const;
     [[nodiscard]] proto::StatfsResponse statfs() const;
     [[nodiscard]] bool busy() const noexcept;
     // Starts keeping metrics, written to `path` (if not empty) every `interval`: the

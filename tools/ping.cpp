@@ -8,8 +8,48 @@
 
 #include "common.hpp"
 #include "pvfs/config.hpp"
+#include "pvfs/proto.hpp"
 
 using namespace pvfs;
+
+namespace {
+
+cli::Json bulk_json(const BulkCounters &b, bool read)
+{
+    cli::Json j = cli::Json::object(
+        {{"chunks", b.chunks}, {"network_ns", b.network_ns}, {"storage_ns", b.storage_ns}});
+    if (read)
+        j.set("queued_ns", b.queued_ns);
+    return j;
+}
+
+// A server's counters since it started (pvfs/counters.hpp), for scripts
+// that take the difference over a phase (bench/fs).
+cli::Json counters_json(const ServerCounters &c)
+{
+    cli::Json ops = cli::Json::object();
+    for (const OpCounters &o : c.ops) {
+        ops.set(
+            proto::op_name(static_cast<proto::Op>(o.op)),
+            cli::Json::object(
+                {{"requests", o.requests}, {"errors", o.errors}, {"latency_ns", o.latency_ns}}));
+    }
+    cli::Json j = cli::Json::object({{"version", c.version},
+                                     {"ops", std::move(ops)},
+                                     {"read_bytes", c.read_bytes},
+                                     {"write_bytes", c.write_bytes},
+                                     {"dropped", c.dropped},
+                                     {"connections", c.connections}});
+    if (c.version >= 2) {
+        j.set("bulk_write", bulk_json(c.bulk_write, false));
+        j.set("bulk_read", bulk_json(c.bulk_read, true));
+        j.set("buffer_waits", c.buffer_waits);
+        j.set("buffer_wait_ns", c.buffer_wait_ns);
+    }
+    return j;
+}
+
+} // namespace
 
 static int run(int argc, char **argv)
 {
@@ -17,14 +57,22 @@ static int run(int argc, char **argv)
                     "same config, and how fast"};
     tools::Target target;
     bool json = false;
+    bool counters = false;
     tools::add_target_options(app, target);
     app.flag("--json", json, "print the result as JSON");
+    app.flag("--counters", counters,
+             "with --json: each server's counters since it started (requests per op, bytes, "
+             "where bulk chunks spent their time), as pvfs-top reads them");
     if (const std::optional<int> status = app.parse(argc, argv))
         return *status;
 
     const auto client = tools::connect_or_exit("pvfs-ping", target);
     const auto hash = config::hash(client->cluster());
-    const std::vector<client::ServerStatus> all = client->status_all();
+    if (counters && !json) {
+        std::fprintf(stderr, "pvfs-ping: --counters needs --json\n");
+        return tools::exit_usage;
+    }
+    const std::vector<client::ServerStatus> all = client->status_all(counters);
     bool ok = true;
     cli::Json out = cli::Json::array();
     for (const client::ServerStatus &s : all) {
@@ -51,6 +99,8 @@ static int run(int argc, char **argv)
                     j.set("bulk_message_bytes", s.status.bulk_message_bytes);
                     j.set("bulk_rdma_bytes", s.status.bulk_rdma_bytes);
                 }
+                if (s.status.counters)
+                    j.set("counters", counters_json(*s.status.counters));
             }
             out.push(j);
             continue;

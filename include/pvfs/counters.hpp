@@ -12,7 +12,8 @@ namespace pvfs {
 
 inline constexpr std::size_t max_counter_ops = 64;     // ops in one ServerCounters
 inline constexpr std::size_t max_latency_buckets = 28; // metrics::Histogram's, +Inf included
-inline constexpr std::uint16_t counters_version = 1;
+// 2 adds the bulk stages (BulkCounters).
+inline constexpr std::uint16_t counters_version = 2;
 
 struct OpCounters {
     std::uint16_t op = 0;         // a proto::Op value (perhaps one newer than this client's)
@@ -23,6 +24,21 @@ struct OpCounters {
     // the rest (metrics::Histogram); at most max_latency_buckets.
     std::vector<std::uint64_t> buckets;
     friend bool operator==(const OpCounters &, const OpCounters &) = default;
+};
+// Where a data server's bulk chunks of one direction spent their time since
+// it started (docs/metrics.md "Bulk stages"): a sum over chunks of the
+// nanoseconds each spent in the stage, so a phase's delta over its wall time
+// is how many chunks were in that stage on average.  network: a write's
+// receive posted until its bytes were in (the rendezvous round trip
+// included), a read's send posted until sent; storage: the chunk's store
+// writes or reads submitted until all completed; queued (reads): read from
+// storage, waiting for the chunks before it to be sent.
+struct BulkCounters {
+    std::uint64_t chunks = 0;
+    std::uint64_t network_ns = 0;
+    std::uint64_t storage_ns = 0;
+    std::uint64_t queued_ns = 0;
+    friend bool operator==(const BulkCounters &, const BulkCounters &) = default;
 };
 struct ServerCounters {
     std::uint16_t version = counters_version; // 1..the request's counters
@@ -35,6 +51,11 @@ struct ServerCounters {
     std::uint64_t meta_commits = 0; // metadata commits
     std::uint64_t replies_in_flight = 0;
     std::uint64_t connections = 0;
+    // Version 2 on (zero in a version 1 answer).
+    BulkCounters bulk_write;
+    BulkCounters bulk_read;
+    std::uint64_t buffer_waits = 0;   // requests that waited for chunk buffers
+    std::uint64_t buffer_wait_ns = 0; // the sum of those waits
     friend bool operator==(const ServerCounters &, const ServerCounters &) = default;
 };
 } // namespace pvfs

@@ -460,7 +460,9 @@ template <class Io, Is<ServerCounters> B> void fields(Io &io, B &b)
 {
     io.num(b.version);
     // Version 1 is the only one; a later one adds fields after these.
-    if (b.version != counters_version)
+    // A server answers with the version the request asked for, or its own
+    // if older; a later version adds fields after these.
+    if (b.version == 0 || b.version > counters_version)
         io.fail_if_decoding(DecodeError::bad_value, "unknown counters version");
     io.list(b.ops, max_counter_ops, 30, "counters of more than 64 ops",
             [&io](auto &o) { fields(io, o); });
@@ -472,6 +474,16 @@ template <class Io, Is<ServerCounters> B> void fields(Io &io, B &b)
     io.num(b.meta_commits);
     io.num(b.replies_in_flight);
     io.num(b.connections);
+    if (b.version >= 2) {
+        for (auto *bulk : {&b.bulk_write, &b.bulk_read}) {
+            io.num(bulk->chunks);
+            io.num(bulk->network_ns);
+            io.num(bulk->storage_ns);
+            io.num(bulk->queued_ns);
+        }
+        io.num(b.buffer_waits);
+        io.num(b.buffer_wait_ns);
+    }
 }
 
 template <class Io, Is<StatusResponse> B> void fields(Io &io, B &b)

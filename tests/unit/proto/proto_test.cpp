@@ -232,7 +232,27 @@ ATF_TEST_CASE_BODY(status_counters)
     ATF_REQUIRE(proto::decode(encoded(full), key, resp) && resp == full);
     ATF_REQUIRE(proto::decode(encoded(samples::response(StatusResponse{})), key, resp));
     ATF_REQUIRE(!std::get<StatusResponse>(resp.body).counters);
-    require_response_error(answer({.version = 2}), DecodeError::bad_value, "counters version 2");
+    // Version 2's bulk stages round-trip; a version 1 answer (an older
+    // server, or one asked for 1) carries none, and decodes without them.
+    ServerCounters staged{.read_bytes = 4};
+    staged.bulk_write = {.chunks = 5, .network_ns = 6, .storage_ns = 7, .queued_ns = 0};
+    staged.bulk_read = {.chunks = 8, .network_ns = 9, .storage_ns = 10, .queued_ns = 11};
+    staged.buffer_waits = 12;
+    staged.buffer_wait_ns = 13;
+    const auto v2 = answer(staged);
+    ATF_REQUIRE(proto::decode(encoded(v2), key, resp) && resp == v2);
+    ServerCounters old = staged;
+    old.version = 1;
+    const std::size_t v1_size = encoded(answer(old)).size();
+    ATF_REQUIRE_EQ(v1_size + 10 * sizeof(std::uint64_t), encoded(v2).size());
+    ATF_REQUIRE(proto::decode(encoded(answer(old)), key, resp));
+    const ServerCounters &got = *std::get<StatusResponse>(resp.body).counters;
+    ATF_REQUIRE_EQ(got.version, 1U);
+    ATF_REQUIRE_EQ(got.read_bytes, 4U);
+    ATF_REQUIRE_EQ(got.bulk_read.chunks, 0U);
+    ATF_REQUIRE_EQ(got.buffer_wait_ns, 0U);
+    require_response_error(answer({.version = counters_version + 1}), DecodeError::bad_value,
+                           "a counters version newer than this one");
     require_response_error(answer({.ops = std::vector<OpCounters>(max_counter_ops + 1, op)}),
                            DecodeError::too_long, "65 ops");
     OpCounters bad = op;
