@@ -268,6 +268,34 @@ def check_data(out):
         problem(f"data.csv: unexpected rows {sorted(extra)[:3]}")
 
 
+def check_stages(out):
+    """summary.json's bulk_stages: every sweep point, both directions, from
+    the data servers' own counters; a point whose servers moved no chunk
+    (counters missing or never counted) is a failure."""
+    try:
+        stages = json.loads((out / "summary.json").read_text()).get("bulk_stages")
+    except (OSError, ValueError):
+        return  # check_summary reported it
+    if not isinstance(stages, list):
+        problem("summary.json: no bulk_stages list")
+        return
+    seen = set()
+    for r in stages:
+        key = (r.get("op"), r.get("clients"), r.get("stripes"))
+        seen.add(key)
+        if r.get("reps") != REPS:
+            problem(f"bulk_stages {key}: {r.get('reps')!r} repetitions, expected {REPS}")
+        for k in ("requests_depth", "network_depth", "storage_depth", "network_ms",
+                  "storage_ms", "chunks"):
+            if not positive(r.get(k)):
+                problem(f"bulk_stages {key}: {k} {r.get(k)!r} is not a positive number")
+    for op in ("write", "read"):
+        for c in CLIENTS:
+            for s in STRIPES:
+                if (op, c, s) not in seen:
+                    problem(f"bulk_stages: nothing for {op} C={c} S={s}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -276,9 +304,11 @@ def main():
     check_files(args.out, FILES + tuple(f"profiles/{p}" for p in PROFILES if args.profiles))
     check_summary(args.out)
     check_data(args.out)
+    check_stages(args.out)
     try:
         md = (args.out / "summary.md").read_text()
-        for section in ("## Targets", "## Baselines", "## What limits each figure"):
+        for section in ("## Targets", "## Baselines", "## What limits each figure",
+                        "## What limits each figure: where the chunks go"):
             if section not in md:
                 problem(f"summary.md has no {section!r} section")
         skipped = fuse_state(args.out)[0]
