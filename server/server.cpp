@@ -238,6 +238,7 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
 
     if (me.data) {
         data::Options so;
+        so.early_writeback = d.early_writeback;
         std::string store_error;
         std::optional<data::ObjectStore> store =
             data::ObjectStore::open(me.storage, so, store_error);

@@ -101,6 +101,9 @@ struct Defaults {
     // The metadata server's commit waits briefly for the changes of
     // clients that are writing (docs/metadata.md "Group commit").
     bool group_commit = true;
+    // Data servers start the disk on each write's range as soon as it is
+    // written (docs/storage.md "Early writeback"); never on tmpfs.
+    bool early_writeback = true;
     // Exactly-once sessions (docs/protocol.md "Exactly once"): a client's
     // session and its cached replies go after this long without a change
     // from it, or, beyond max_sessions sessions, the longest silent first.

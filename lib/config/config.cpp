@@ -337,6 +337,7 @@ private:
                         "require_bound",
                         "durable_metadata",
                         "group_commit",
+                        "early_writeback",
                         "session_ttl",
                         "max_sessions",
                         "lease",
@@ -397,6 +398,9 @@ private:
         }
         if (const Value *v = member(d, "group_commit")) {
             out.group_commit = require_bool(*v, "defaults.group_commit");
+        }
+        if (const Value *v = member(d, "early_writeback")) {
+            out.early_writeback = require_bool(*v, "defaults.early_writeback");
         }
         if (const Value *v = member(d, "session_ttl")) {
             out.session_ttl_ms = require_duration_ms(*v, "defaults.session_ttl");
@@ -901,6 +905,8 @@ std::string to_toml(const Cluster &c)
         out += "insecure_benchmark_only = true\n";
     if (!d.group_commit) // only when off: a cluster's hash stays what it was before the key
         out += "group_commit = false\n";
+    if (!d.early_writeback) // likewise
+        out += "early_writeback = false\n";
     out += fmt::format("session_ttl = {}\n", detail::duration_toml(d.session_ttl_ms));
     out += fmt::format("max_sessions = {}\n", d.max_sessions);
     out += fmt::format("lease = {}\n", detail::duration_toml(d.lease_ms));

@@ -13,13 +13,19 @@
 //     operation on it has finished.
 //   - per fan-out directory, a count of entry changes (creates and removes)
 //     and how many of them the last directory fsync covered.
+//   - early writeback: after a write completes, the store itself starts the
+//     disk writing its range (sync_file_range WRITE, an operation of its
+//     own with no completion for the caller), in slots beyond the callers'
+//     max_in_flight; with none free it is skipped, never waited for.
 #include "object_store.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <linux/magic.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -30,6 +36,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <list>
 #include <memory>
 #include <optional>
@@ -61,7 +68,8 @@ constexpr std::size_t handle_hex_digits = 16;
 constexpr std::uint64_t object_part = 0;
 constexpr std::uint64_t directory_part = 1;
 
-enum class OpKind : std::uint8_t { read, write, fsync };
+// writeback: the store's own sync_file_range after a write (no completion).
+enum class OpKind : std::uint8_t { read, write, fsync, writeback };
 
 [[nodiscard]] unsigned fanout_of(Handle handle) noexcept
 {
@@ -194,8 +202,9 @@ struct ObjectStore::Impl {
         bool in_use = false;
         OpKind kind = OpKind::read;
         std::uint64_t user_data = 0;
-        SharedFd object;    // null when the object is absent (fsync only)
-        UniqueFd directory; // fan-out directory being synced, if any
+        Handle handle = no_handle; // writes: for early writeback's cache check
+        SharedFd object;           // null when the object is absent (fsync only)
+        UniqueFd directory;        // fan-out directory being synced, if any
         std::byte *read_into = nullptr;
         const std::byte *write_from = nullptr;
         std::uint64_t offset = 0;
@@ -230,7 +239,10 @@ struct ObjectStore::Impl {
     std::vector<Completion> ready;
     std::size_t ready_head = 0;
     std::size_t ready_count = 0;
-    std::size_t accepted = 0; // submitted and not yet reaped
+    std::size_t accepted = 0;             // submitted and not yet reaped
+    bool early_writeback = false;         // Options::early_writeback, and storage that has a disk
+    std::size_t writebacks_in_flight = 0; // the store's own operations (OpKind::writeback)
+    std::uint64_t writebacks_started = 0;
 
     std::array<DirState, fanout_dirs> dirs{};
     std::unordered_map<Handle, Cached> cache;
@@ -457,6 +469,7 @@ struct ObjectStore::Impl {
         op.in_use = true;
         op.kind = kind;
         op.user_data = user_data;
+        op.handle = no_handle;
         op.read_into = nullptr;
         op.write_from = nullptr;
         op.offset = 0;
@@ -536,6 +549,10 @@ struct ObjectStore::Impl {
         case OpKind::fsync:
             ::io_uring_prep_fsync(sqe, fd, 0);
             break;
+        case OpKind::writeback:
+            ::io_uring_prep_sync_file_range(sqe, fd, static_cast<unsigned>(op.length), op.offset,
+                                            SYNC_FILE_RANGE_WRITE);
+            break;
         }
         ::io_uring_sqe_set_data64(sqe, (std::uint64_t{slot_of(op)} << 1U) | object_part);
         ++op.parts;
@@ -555,15 +572,61 @@ struct ObjectStore::Impl {
 
     void finish(Op &op) noexcept
     {
-        int result = op.error;
-        if (result == 0 && op.kind != OpKind::fsync) {
-            result = static_cast<int>(op.done);
+        if (op.kind == OpKind::writeback) {
+            // Only a hint to the disk: a failure here comes back at fsync.
+            if (op.error != 0) {
+                gossip::debug(Mask::storage, "early writeback (fan-out {:02x}): {}", op.fanout,
+                              errno_text(op.error));
+            }
+            --writebacks_in_flight;
+        } else {
+            int result = op.error;
+            if (result == 0 && op.kind != OpKind::fsync) {
+                result = static_cast<int>(op.done);
+            }
+            if (op.kind == OpKind::write && op.error == 0 && early_writeback) {
+                start_writeback(op);
+            }
+            push_ready(op.user_data, result);
         }
-        push_ready(op.user_data, result);
+        release(op);
+    }
+
+    void release(Op &op) noexcept
+    {
         op.object.reset();
         op.directory.reset();
         op.in_use = false;
         free_ops.push_back(slot_of(op));
+    }
+
+    // Starts the disk on what `write` just put in the page cache, so that
+    // the fsync that makes it durable finds less to do (docs/storage.md
+    // "Early writeback").
+    void start_writeback(const Op &write) noexcept
+    {
+        if (writebacks_in_flight >= options.max_in_flight || free_ops.empty() ||
+            write.length > std::numeric_limits<unsigned>::max()) {
+            return;
+        }
+        // Never keep open a file the cache has let go: the store's fds stay
+        // within max_open_files plus the callers' operations in flight.
+        const auto cached = cache.find(write.handle);
+        if (cached == cache.end() || cached->second.fd != write.object) {
+            return;
+        }
+        Op &op = new_op(OpKind::writeback, 0);
+        op.object = write.object;
+        op.offset = write.offset;
+        op.length = write.length;
+        op.fanout = write.fanout;
+        ++writebacks_in_flight;
+        ++writebacks_started;
+        prepare_object_part(op);
+        if (op.parts == 0) { // no SQE: nothing was queued, nothing to wait for
+            --writebacks_in_flight;
+            release(op);
+        }
     }
 
     // Finishes the operation at once if no part of it reached the ring.
@@ -596,7 +659,7 @@ struct ObjectStore::Impl {
             record_error(op, result);
         } else if (op.kind == OpKind::write && result == 0 && op.done < op.length) {
             record_error(op, -EIO); // a regular file that takes nothing: never spin on it
-        } else if (op.kind != OpKind::fsync && result > 0) {
+        } else if (op.kind != OpKind::fsync && op.kind != OpKind::writeback && result > 0) {
             op.done += static_cast<std::size_t>(result);
             if (op.done < op.length && op.error == 0) {
                 prepare_object_part(op); // a short transfer: go on from where it stopped
@@ -675,6 +738,7 @@ struct ObjectStore::Impl {
             return 0;
         }
         Op &op = new_op(OpKind::write, user_data);
+        op.handle = handle;
         op.object = std::move(fd);
         op.write_from = buffer.data();
         op.offset = offset;
@@ -829,9 +893,10 @@ std::optional<ObjectStore> ObjectStore::open(const std::filesystem::path &storag
         error = fmt::format("object store: eventfd: {}", errno_text(-errno));
         return std::nullopt;
     }
-    impl->ops.resize(options.max_in_flight);
-    impl->free_ops.reserve(options.max_in_flight);
-    for (std::size_t slot = options.max_in_flight; slot > 0; --slot) {
+    // As many slots again for the store's own early writebacks.
+    impl->ops.resize(2 * options.max_in_flight);
+    impl->free_ops.reserve(impl->ops.size());
+    for (std::size_t slot = impl->ops.size(); slot > 0; --slot) {
         impl->free_ops.push_back(static_cast<std::uint32_t>(slot - 1));
     }
     impl->ready.resize(options.max_in_flight);
@@ -842,16 +907,20 @@ std::optional<ObjectStore> ObjectStore::open(const std::filesystem::path &storag
         return ObjectStore(std::move(impl));
     }
     // Room for both parts of every operation, so a batch never has to be
-    // submitted early for lack of space.
+    // submitted early for lack of space (an early writeback that finds the
+    // queue full submits it: next_sqe), and room in the completion queue
+    // for those and one per early writeback too.  At max_in_flight_limit:
+    // 32768 and 65536, the kernel's largest rings.
     const auto entries = static_cast<unsigned>(power_of_two_at_least(2 * options.max_in_flight));
+    const auto cq_entries = static_cast<unsigned>(power_of_two_at_least(3 * options.max_in_flight));
     io_uring_params params{};
     params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
-    params.cq_entries = entries;
+    params.cq_entries = cq_entries;
     int rc = impl->ring.init(entries, params);
     if (rc == -EINVAL) { // a kernel older than SUBMIT_ALL (5.18)
         params = {};
         params.flags = IORING_SETUP_CQSIZE;
-        params.cq_entries = entries;
+        params.cq_entries = cq_entries;
         rc = impl->ring.init(entries, params);
     }
     if (rc == 0) {
@@ -868,13 +937,31 @@ std::optional<ObjectStore> ObjectStore::open(const std::filesystem::path &storag
         return ObjectStore(std::move(impl));
     }
     impl->mode = Mode::io_uring;
-    gossip::info(Mask::storage, "object store {}: io_uring, {} entries", impl->storage, entries);
+    // Memory file systems have no disk to start: there it would only cost
+    // an io-wq hand-off per write.
+    struct statfs fs {};
+    const bool in_memory = ::statfs(impl->storage.c_str(), &fs) == 0 &&
+                           (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
+    impl->early_writeback = options.early_writeback && !in_memory;
+    gossip::info(Mask::storage, "object store {}: io_uring, {} entries, early writeback {}",
+                 impl->storage, entries,
+                 impl->early_writeback ? "on" : (in_memory ? "off (memory)" : "off"));
     return ObjectStore(std::move(impl));
 }
 
 Mode ObjectStore::mode() const noexcept
 {
     return impl_->mode;
+}
+
+bool ObjectStore::early_writeback() const noexcept
+{
+    return impl_->early_writeback;
+}
+
+std::uint64_t ObjectStore::writebacks_started() const noexcept
+{
+    return impl_->writebacks_started;
 }
 
 int ObjectStore::event_fd() const noexcept

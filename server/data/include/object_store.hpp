@@ -80,6 +80,12 @@ struct Options {
     std::size_t max_in_flight = 1024;
     // Never use io_uring: every operation runs synchronously at submit.
     bool force_synchronous = false;
+    // After each write, start the disk on its range (sync_file_range
+    // SYNC_FILE_RANGE_WRITE through io_uring, not waited for), so that the
+    // fsync that makes it durable has less left to do.  Only with io_uring,
+    // and never on tmpfs or ramfs.  Durability does not change: a write is
+    // durable only after an fsync, as before.
+    bool early_writeback = true;
 };
 
 enum class Mode : std::uint8_t {
@@ -128,6 +134,10 @@ public:
     ObjectStore &operator=(const ObjectStore &) = delete;
 
     [[nodiscard]] Mode mode() const noexcept;
+    // Whether early writeback is on (Options::early_writeback, io_uring, a
+    // disk), and how many the store has started since it opened.
+    [[nodiscard]] bool early_writeback() const noexcept;
+    [[nodiscard]] std::uint64_t writebacks_started() const noexcept;
 
     // Readable (POLLIN) while reap() has completions to return.
     [[nodiscard]] int event_fd() const noexcept;

@@ -140,6 +140,7 @@ config::Cluster unusual_cluster()
     c.defaults.require_bound = false;
     c.defaults.durable_metadata = false;
     c.defaults.group_commit = false;
+    c.defaults.early_writeback = false;
     c.defaults.session_ttl_ms = 90'000;
     c.defaults.max_sessions = 7;
     c.defaults.lease_ms = 3000;
@@ -184,6 +185,7 @@ ATF_TEST_CASE_BODY(example_parses)
     ATF_REQUIRE(c.defaults.require_bound);
     ATF_REQUIRE(c.defaults.durable_metadata);
     ATF_REQUIRE(c.defaults.group_commit);
+    ATF_REQUIRE(c.defaults.early_writeback);
     ATF_REQUIRE_EQ(c.defaults.session_ttl_ms, 86'400'000U);
     ATF_REQUIRE_EQ(c.defaults.max_sessions, 65536U);
     ATF_REQUIRE_EQ(c.defaults.lease_ms, 90'000U);
@@ -300,6 +302,7 @@ ATF_TEST_CASE_BODY(hash_stable_and_sensitive)
     change("require_bound", [](config::Cluster &c) { c.defaults.require_bound = true; });
     change("durable_metadata", [](config::Cluster &c) { c.defaults.durable_metadata = true; });
     change("group_commit", [](config::Cluster &c) { c.defaults.group_commit = true; });
+    change("early_writeback", [](config::Cluster &c) { c.defaults.early_writeback = true; });
     change("server name", [](config::Cluster &c) { c.servers[1].name = "bb"; });
     change("address", [](config::Cluster &c) { c.servers[1].addresses[0] = "ib://host-b:4001"; });
     change("role", [](config::Cluster &c) { c.servers[1].metadata = true; });
@@ -399,6 +402,8 @@ ATF_TEST_CASE_BODY(defaults_errors)
                  "t.toml:19: defaults.durable_metadata: ", "expected true or false");
     expect_error(defaults("group_commit = \"on\""),
                  "t.toml:19: defaults.group_commit: ", "expected true or false");
+    expect_error(defaults("early_writeback = 0"),
+                 "t.toml:19: defaults.early_writeback: ", "expected true or false");
     expect_error(defaults("session_ttl = \"500ms\""),
                  "t.toml:19: defaults.session_ttl: ", "shorter than 1 s");
     expect_error(defaults("session_ttl = 60"), "t.toml:19: defaults.session_ttl: ", "unit");

@@ -8,11 +8,13 @@
 #include <atf-c++.hpp>
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -641,6 +643,71 @@ ATF_TEST_CASE_BODY(modes)
     ATF_REQUIRE_EQ(write_sync(moved, make_handle(0, 1), 0, data), 10);
 }
 
+// Early writeback: on a disk every completed write starts the disk on its
+// range (the store's own operation, never a completion for the caller);
+// off when asked, in synchronous mode and on a tmpfs.  The bytes are the
+// same either way, and fsync still completes.
+ATF_TEST_CASE_WITHOUT_HEAD(early_writeback);
+ATF_TEST_CASE_BODY(early_writeback)
+{
+    const fs::path dir = make_storage();
+    struct statfs where {};
+    ATF_REQUIRE_EQ(::statfs(dir.c_str(), &where), 0);
+    if (where.f_type == TMPFS_MAGIC || where.f_type == RAMFS_MAGIC) {
+        ATF_SKIP("the scratch directory is in memory: no disk to start");
+    }
+    ObjectStore store = open_store(dir, Mode::io_uring);
+    ATF_REQUIRE(store.early_writeback());
+    constexpr std::size_t writes = 64;
+    const std::vector<std::byte> data = pattern(writes * 64 * KiB, 3);
+    const Handle h = make_handle(0, 9);
+    for (std::size_t i = 0; i < writes; ++i) {
+        const auto piece = std::span(data).subspan(i * 64 * KiB, 64 * KiB);
+        ATF_REQUIRE_EQ(store.submit_write(h, i * 64 * KiB, piece, i), 0);
+    }
+    const auto results = wait_for(store, writes); // no completion of the store's own
+    for (const auto &[id, result] : results) {
+        require_msg(result == static_cast<int>(64 * KiB), fmt::format("write {}: {}", id, result));
+    }
+    require_msg(store.writebacks_started() == writes,
+                fmt::format("{} writebacks for {} writes", store.writebacks_started(), writes));
+    ATF_REQUIRE_EQ(store.submit_fsync(h, 100), 0);
+    ATF_REQUIRE_EQ(wait_one(store, 100), 0);
+    std::vector<std::byte> back(data.size());
+    ATF_REQUIRE_EQ(read_sync(store, h, 0, back), static_cast<int>(data.size()));
+    ATF_REQUIRE(back == data);
+    ATF_REQUIRE_EQ(store.writebacks_started(), writes); // reads start none
+
+    Options off;
+    off.early_writeback = false;
+    ObjectStore plain = open_store(make_storage("plain"), Mode::io_uring, off);
+    ATF_REQUIRE(!plain.early_writeback());
+    ATF_REQUIRE_EQ(write_sync(plain, h, 0, data), static_cast<int>(data.size()));
+    ATF_REQUIRE_EQ(plain.writebacks_started(), 0U);
+    ObjectStore sync = open_store(make_storage("sync"), Mode::synchronous);
+    ATF_REQUIRE(!sync.early_writeback());
+    // The largest store still gets its rings (its writebacks' completions
+    // need a completion queue half again as large).
+    Options largest;
+    largest.max_in_flight = pvfs::data::max_in_flight_limit;
+    ObjectStore big = open_store(make_storage("largest"), Mode::io_uring, largest);
+    ATF_REQUIRE(big.early_writeback());
+    ATF_REQUIRE_EQ(write_sync(big, h, 0, data), static_cast<int>(data.size()));
+    ATF_REQUIRE_EQ(big.writebacks_started(), 1U);
+
+    if (::geteuid() != 0 || ::unshare(CLONE_NEWNS) != 0) {
+        return; // the tmpfs half needs root
+    }
+    ATF_REQUIRE_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0);
+    const fs::path memory = make_storage("memory");
+    ATF_REQUIRE_EQ(::mount("tmpfs", memory.c_str(), "tmpfs", 0, "size=4m,mode=0700"), 0);
+    ObjectStore in_memory = open_store(memory, Mode::io_uring);
+    ATF_REQUIRE(!in_memory.early_writeback());
+    ATF_REQUIRE_EQ(write_sync(in_memory, h, 0, std::span(data).first(64 * KiB)),
+                   static_cast<int>(64 * KiB));
+    ATF_REQUIRE_EQ(in_memory.writebacks_started(), 0U);
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(truncate_remove_size);
 ATF_TEST_CASE_BODY(truncate_remove_size)
 {
@@ -762,6 +829,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, destruction_waits_uring);
     ATF_ADD_TEST_CASE(tcs, destruction_waits_sync);
     ATF_ADD_TEST_CASE(tcs, modes);
+    ATF_ADD_TEST_CASE(tcs, early_writeback);
     ATF_ADD_TEST_CASE(tcs, truncate_remove_size);
     ATF_ADD_TEST_CASE(tcs, list_pages);
 }
