@@ -99,6 +99,10 @@ struct DataService::Flow {
     bool waiting_for_buffer = false;
     std::uint64_t waiting_since_ns = 0;
     bool done = false;
+    // The chunk MACs' tags travel with the chunks (proto::ChunkMacs::
+    // with_chunks): every chunk message is its bytes and then its tag, which
+    // the slot's buffer holds after the chunk.
+    bool tags_inline = false;
     proto::Bytes inline_data;
     proto::Bytes rdma; // the client's memory, when the server moves the data itself
     // Chunk MACs (docs/protocol.md "Chunk MACs"): the connection's session
@@ -144,6 +148,19 @@ struct DataService::Flow {
     {
         const std::span<const std::byte> bytes(s.data.data(), s.length);
         return proto::chunk_mac(*mac_key, binding, s.chunk, std::span(&bytes, 1));
+    }
+
+    // A chunk message's bytes: the chunk, and its tag when it travels with it.
+    [[nodiscard]] std::size_t wire_size(const Slot &s) const
+    {
+        return s.length + (tags_inline ? proto::chunk_mac_size : 0);
+    }
+
+    // Where a chunk's tag travelling with it sits: after the chunk.
+    [[nodiscard]] static std::span<std::byte, proto::chunk_mac_size> inline_tag(Slot &s)
+    {
+        return std::span(s.buffer.data() + s.length, s.buffer.size() - s.length)
+            .first<proto::chunk_mac_size>();
     }
 
     void start()
@@ -214,7 +231,7 @@ struct DataService::Flow {
         enter(s, Stage::network);
         bmi::Bmi &bmi = service.loop_.bmi();
         const bmi::Post p = rdma.empty()
-                                ? bmi.post_recv(origin.peer, s.data.data(), s.length,
+                                ? bmi.post_recv(origin.peer, s.data.data(), wire_size(s),
                                                 data_tag(origin.tag), &s, service.loop_.context())
                                 : bmi.post_get(origin.peer, rdma, s.chunk * chunk, s.data.data(),
                                                s.length, &s, service.loop_.context());
@@ -330,13 +347,17 @@ struct DataService::Flow {
                 sent = true;
                 enter(s, Stage::network);
                 if (mac_key) {
-                    tags.at(s.chunk) = mac_of(s);
+                    const proto::ChunkMac tag = mac_of(s);
+                    if (tags_inline)
+                        std::ranges::copy(tag, inline_tag(s).begin());
+                    else
+                        tags.at(s.chunk) = tag;
                     if (service.options_.tamper_reads && s.length != 0)
                         s.data[s.length / 2] ^= std::byte{0x01};
                 }
                 bmi::Bmi &bmi = service.loop_.bmi();
                 const bmi::Post p =
-                    rdma.empty() ? bmi.post_send(origin.peer, s.data.data(), s.length,
+                    rdma.empty() ? bmi.post_send(origin.peer, s.data.data(), wire_size(s),
                                                  data_tag(origin.tag), &s, service.loop_.context())
                                  : bmi.post_put(origin.peer, rdma, s.chunk * chunk, s.data.data(),
                                                 s.length, &s, service.loop_.context());
@@ -368,9 +389,9 @@ struct DataService::Flow {
         }
         (rdma.empty() ? service.message_bytes_ : service.rdma_bytes_) += actual;
         if (is_write) {
-            if (actual != s.length) {
+            if (actual != wire_size(s)) {
                 gossip::warning(Mask::server, "request {}: chunk {} carried {} bytes, expected {}",
-                                origin.request_id, s.chunk, actual, s.length);
+                                origin.request_id, s.chunk, actual, wire_size(s));
                 fail(EPROTO);
                 settle(s);
                 return;
@@ -378,7 +399,14 @@ struct DataService::Flow {
             // Before a byte of it reaches the object: a chunk forged,
             // replayed from another request or sent out of place fails the
             // request and is not written.
-            if (mac_key && !proto::same_mac(mac_of(s), tags.at(s.chunk))) {
+            const auto sent_tag = [&] {
+                if (!tags_inline)
+                    return tags.at(s.chunk);
+                proto::ChunkMac t{};
+                std::ranges::copy(inline_tag(s), t.begin());
+                return t;
+            };
+            if (mac_key && !proto::same_mac(mac_of(s), sent_tag())) {
                 service.loop_.log_bulk_refusal(
                     origin, fmt::format("chunk {} ({} bytes) of handle {:016x} fails its MAC; "
                                         "nothing of it is written",
@@ -634,7 +662,10 @@ void DataService::start_flow(const Origin &origin, Handle handle,
             loop_.respond_error(origin, EKEYEXPIRED);
             return;
         }
-        if (chunks > proto::max_chunk_macs || (is_write && bulk && macs->tags.size() != chunks) ||
+        // Tags with the chunks: the decoder saw that the request has none
+        // and no RDMA.
+        if (chunks > proto::max_chunk_macs ||
+            (is_write && bulk && !macs->with_chunks && macs->tags.size() != chunks) ||
             (is_write && !bulk && !macs->tags.empty())) {
             loop_.log_bulk_refusal(origin,
                                    fmt::format("{} chunk MACs for {} chunks (at most {})",
@@ -658,9 +689,10 @@ void DataService::start_flow(const Origin &origin, Handle handle,
         flow->binding =
             proto::ChunkBinding{is_write,       options_.fs_id, options_.server_index, handle,
                                 origin.session, origin.seq,     origin.request_id,     chunk};
+        flow->tags_inline = macs->with_chunks;
         if (is_write)
             flow->tags = std::move(macs->tags);
-        else
+        else if (!flow->tags_inline)
             flow->tags.resize(chunks);
     }
     flow->inline_data = std::move(inline_data);
@@ -704,7 +736,7 @@ void DataService::finish_flow(Flow &flow)
         loop_.respond(flow.origin, proto::WriteResponse{flow.total, size.value_or(0)});
     } else {
         proto::ReadResponse resp{flow.total, size.value_or(0), std::nullopt};
-        if (flow.mac_key)
+        if (flow.mac_key && !flow.tags_inline)
             resp.macs = std::move(flow.tags);
         loop_.respond(flow.origin, std::move(resp));
     }
@@ -764,7 +796,8 @@ bool DataService::take_buffer(bmi::Memory &out)
     }
     if (buffers_made_ >= options_.pool_chunks)
         return false;
-    out = loop_.bmi().memalloc(bmi::no_addr, options_.chunk);
+    // Room for a chunk's tag after it (Flow::tags_inline).
+    out = loop_.bmi().memalloc(bmi::no_addr, options_.chunk + proto::chunk_mac_size);
     ++buffers_made_;
     return true;
 }

@@ -208,9 +208,14 @@ inline constexpr std::size_t max_chunk_macs = 4096;
 // connection that has since been replaced is told apart from a forgery),
 // and for a write each chunk's tag in stream order (a read's tags come in
 // its response).
+// With `with_chunks` (the envelope flag request_chunk_tags_inline) no tag
+// is in the request or its response: each chunk message is the chunk's
+// bytes followed by its tag, so that a tag is made as its chunk is sent
+// and checked as it arrives (bulk chunks as messages only, never RDMA).
 struct ChunkMacs {
     std::uint64_t key_check = 0;
-    std::vector<ChunkMac> tags; // writes: one per chunk; reads: empty
+    std::vector<ChunkMac> tags; // writes: one per chunk; reads and with_chunks: empty
+    bool with_chunks = false;   // carried by the envelope, not the body
     friend bool operator==(const ChunkMacs &, const ChunkMacs &) = default;
 };
 
@@ -864,9 +869,14 @@ inline constexpr std::uint32_t request_capability = 64;
 // (OpenResponse::cap) with the rights its hold got.  Only on ops create
 // and open.
 inline constexpr std::uint32_t request_wants_capability = 128;
+// With request_chunk_macs: ChunkMacs::with_chunks, every bulk chunk message
+// carries its tag after its bytes (docs/protocol.md "Chunk MACs").  A
+// server that does not know it refuses the request as bad_flags.
+inline constexpr std::uint32_t request_chunk_tags_inline = 256;
 inline constexpr std::uint32_t request_flags =
     request_has_once | request_knows_orphaned | request_bound | request_create_opens |
-    request_keyed | request_chunk_macs | request_capability | request_wants_capability;
+    request_keyed | request_chunk_macs | request_capability | request_wants_capability |
+    request_chunk_tags_inline;
 // The rights a data request needs of its capability (cap_* bits): read
 // needs read, write and truncate_object write, fsync either (cap_read |
 // cap_write: one of them), remove_object destroy; 0 for the ops that take

@@ -128,6 +128,24 @@ std::vector<proto::ChunkMac> stream_tags(const Rpc &r)
     return tags;
 }
 
+// Chunk `index`'s tag over its pieces (the tag's own piece, last in the
+// list when the tags go with the chunks, excluded).
+template <class Buffer>
+proto::ChunkMac chunk_tag(const Rpc &r, std::size_t index, const std::vector<Buffer> &chunk)
+{
+    const std::size_t n = chunk.size() - (r.tags_inline ? 1 : 0);
+    std::vector<std::span<const std::byte>> parts;
+    parts.reserve(n);
+    for (std::size_t i = 0; i < n; ++i)
+        parts.emplace_back(static_cast<const std::byte *>(chunk[i].data), chunk[i].size);
+    return proto::chunk_mac(r.mac_key, binding_of(r), index, parts);
+}
+
+// Write chunks a request keeps posted when each is tagged as it goes: one
+// more than the data server's two chunk slots, so that a slot never waits
+// for the client to tag the next chunk.
+constexpr std::size_t chunk_window = 3;
+
 } // namespace
 
 // ---- Loop ------------------------------------------------------------------
@@ -299,19 +317,93 @@ void Loop::Impl::start(Rpc &r, const detail::Context &context)
     if (r.error != 0)
         return;
     track(r, bmi->post_sendunexpected(to, r.out.data(), r.out.size(), r.tag, nullptr, ctx), false);
-    const bmi::Tag dtag = proto::data_tag(r.tag);
-    for (const auto &chunk : r.send_chunks) {
-        if (r.error != 0)
-            break;
-        track(r, bmi->post_send_list(to, chunk, dtag, nullptr, ctx), false);
-    }
-    for (const auto &chunk : r.recv_chunks) {
-        if (r.error != 0)
-            break;
-        track(r, bmi->post_recv_list(to, chunk, dtag, nullptr, ctx), false);
-    }
+    post_sends(r);
+    post_recvs(r);
     if (r.error != 0)
         cancel_ops(r);
+}
+
+// A write's chunks, in stream order: all at once, or, when their tags go
+// with them, chunk_window at a time, each tagged as it is posted, so that
+// the first chunk leaves after one chunk's MAC rather than the request's.
+void Loop::Impl::post_sends(Rpc &r)
+{
+    const bmi::Tag dtag = proto::data_tag(r.tag);
+    while (r.error == 0 && !r.response_arrived && r.next_send < r.send_chunks.size() &&
+           (!r.tags_inline || r.chunk_ops.size() < chunk_window)) {
+        const std::size_t i = r.next_send++;
+        if (r.tags_inline)
+            r.chunk_tags.at(i) = chunk_tag(r, i, r.send_chunks[i]);
+        const bmi::Post p = bmi->post_send_list(r.to, r.send_chunks[i], dtag, nullptr, ctx);
+        track(r, p, false);
+        if (p.ok() && !p.completed)
+            r.chunk_ops.emplace_back(p.op, i);
+    }
+}
+
+// A read's chunks, all posted at once: the server sends them in order.
+void Loop::Impl::post_recvs(Rpc &r)
+{
+    const bmi::Tag dtag = proto::data_tag(r.tag);
+    for (std::size_t i = 0; i < r.recv_chunks.size() && r.error == 0; ++i) {
+        const bmi::Post p = bmi->post_recv_list(r.to, r.recv_chunks[i], dtag, nullptr, ctx);
+        track(r, p, false);
+        if (!p.ok())
+            break;
+        if (p.completed)
+            chunk_arrived(r, i, p.actual_size);
+        else
+            r.chunk_ops.emplace_back(p.op, i);
+    }
+}
+
+// A read chunk with its tag has arrived: checked before anything else
+// arrives, so that the check overlaps the transfer of the chunks after it.
+// A chunk altered on the way, or cut short, fails the request with EIO.
+void Loop::Impl::chunk_arrived(Rpc &r, std::size_t index, std::size_t actual) const
+{
+    if (!r.tags_inline || r.error != 0)
+        return;
+    std::size_t expected = 0;
+    for (const bmi::MutableBuffer &piece : r.recv_chunks.at(index))
+        expected += piece.size;
+    const auto *req = std::get_if<proto::ReadRequest>(&r.req.body);
+    // The key of the connection the chunk came over (the request may have
+    // been encoded before that connection was authenticated).
+    const std::optional<bmi::Identity> id = bmi->peer_identity(r.to);
+    if (actual != expected || id == std::nullopt || req == nullptr) {
+        gossip::warning(Mask::client, "read from {}: chunk {} carried {} bytes, expected {}: EIO",
+                        *r.url, index, actual, expected);
+        r.error = -EIO;
+        cancel_ops(r);
+        return;
+    }
+    r.mac_key = id->session_key;
+    if (!proto::same_mac(chunk_tag(r, index, r.recv_chunks[index]), r.chunk_tags.at(index))) {
+        gossip::warning(Mask::client,
+                        "read from {}: chunk {} of handle {:016x} fails its MAC (altered on "
+                        "the way?): EIO",
+                        *r.url, index, req->handle);
+        r.error = -EIO;
+        cancel_ops(r);
+        return;
+    }
+    ++r.chunks_checked;
+}
+
+// Forgets the transfers of a try that is sent again.
+void Loop::Impl::reset_transfer(Rpc &r)
+{
+    r.recv_op = bmi::no_op;
+    r.response_size = 0;
+    r.send_chunks.clear();
+    r.recv_chunks.clear();
+    r.exposure = bmi::Exposure{};
+    r.tags_inline = false;
+    r.chunk_tags.clear();
+    r.chunk_ops.clear();
+    r.next_send = 0;
+    r.chunks_checked = 0;
 }
 
 // How a read's or write's data moves: exposed to the server, which moves
@@ -363,8 +455,25 @@ void Loop::Impl::attach_macs(Rpc &r, bmi::Addr to) const
     }
     r.mac_key = id ? id->session_key : proto::SessionKey{};
     proto::ChunkMacs macs{proto::session_key_check(r.mac_key), {}};
+    // Chunks that move as messages carry their tags (the last piece of each
+    // chunk's list); RDMA moves only the data, so its tags are in the
+    // request (a write's) or the response (a read's).
+    r.tags_inline = !r.rdma;
+    macs.with_chunks = r.tags_inline;
+    if (r.tags_inline) {
+        const std::size_t chunks = r.is_write ? r.send_chunks.size() : r.recv_chunks.size();
+        r.chunk_tags.assign(chunks, proto::ChunkMac{});
+        for (std::size_t i = 0; i < chunks; ++i) {
+            std::byte *tag = r.chunk_tags[i].data();
+            if (r.is_write)
+                r.send_chunks[i].push_back({tag, proto::chunk_mac_size});
+            else
+                r.recv_chunks[i].push_back({tag, proto::chunk_mac_size});
+        }
+    }
     if (auto *write = std::get_if<proto::WriteRequest>(&r.req.body)) {
-        macs.tags = stream_tags(r);
+        if (!r.tags_inline)
+            macs.tags = stream_tags(r);
         write->macs = std::move(macs);
     } else if (auto *read = std::get_if<proto::ReadRequest>(&r.req.body)) {
         read->macs = std::move(macs);
@@ -380,6 +489,14 @@ bool Loop::Impl::read_macs_ok(Rpc &r) const
     const auto *req = std::get_if<proto::ReadRequest>(&r.req.body);
     if (resp == nullptr || req == nullptr || !req->macs || r.pieces.empty())
         return true;
+    if (r.tags_inline) {
+        // Each chunk was checked as it came (chunk_arrived).
+        if (r.chunks_checked == r.recv_chunks.size())
+            return true;
+        gossip::warning(Mask::client, "read from {}: {} of {} chunks checked", *r.url,
+                        r.chunks_checked, r.recv_chunks.size());
+        return false;
+    }
     // The key of the connection the answer came over: the request may
     // have been encoded before that connection was authenticated (a first
     // request to the server), when there was none to name.
@@ -474,6 +591,18 @@ void Loop::Impl::decode(Rpc &r)
 void Loop::Impl::on_completion(Rpc &r, const bmi::Completion &c)
 {
     std::erase(r.ops, c.op);
+    if (const auto chunk = std::ranges::find(r.chunk_ops, c.op, &detail::ChunkOp::first);
+        chunk != r.chunk_ops.end()) {
+        const std::size_t index = chunk->second;
+        r.chunk_ops.erase(chunk);
+        if (c.error == 0) {
+            if (r.is_write)
+                post_sends(r);
+            else
+                chunk_arrived(r, index, c.actual_size);
+            return;
+        }
+    }
     if (c.op == r.recv_op) {
         r.recv_op = bmi::no_op;
         if (c.error != 0) {
@@ -544,11 +673,7 @@ void Loop::Impl::schedule_retry(Batch &b, Rpc &r, Clock::time_point now)
     ++r.tries;
     r.waiting = true;
     r.error = 0;
-    r.recv_op = bmi::no_op;
-    r.response_size = 0;
-    r.send_chunks.clear();
-    r.recv_chunks.clear();
-    r.exposure = bmi::Exposure{};
+    reset_transfer(r);
     ++b.waiting;
 }
 
@@ -591,12 +716,8 @@ void Loop::Impl::settle(Batch &b, Rpc &r)
         r.waiting = true;
         r.retry_at = Clock::now();
         r.response_arrived = false;
-        r.response_size = 0;
-        r.recv_op = bmi::no_op;
         r.resp = proto::Response{};
-        r.send_chunks.clear();
-        r.recv_chunks.clear();
-        r.exposure = bmi::Exposure{};
+        reset_transfer(r);
         ++b.waiting;
         return;
     }

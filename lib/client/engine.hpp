@@ -20,6 +20,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "bmi/bmi.hpp"
@@ -46,6 +47,9 @@ struct Context {
     std::uint64_t cancel_id = 0;
     OnceOp *once = nullptr; // the caller's change, if it named one
 };
+
+// A posted bulk chunk: its BMI operation and its index in the stream.
+using ChunkOp = std::pair<bmi::OpId, std::size_t>;
 
 // One request to one server, with its bulk data if it has any.
 struct Rpc {
@@ -76,6 +80,16 @@ struct Rpc {
     bmi::Exposure exposure; // held until the response came
     std::vector<std::vector<bmi::ConstBuffer>> send_chunks;
     std::vector<std::vector<bmi::MutableBuffer>> recv_chunks;
+    // Tags with their chunks (proto::ChunkMacs::with_chunks): chunk i's
+    // tag lives in chunk_tags[i], the last piece of its chunk's list.  A
+    // write's chunk is tagged just before it is posted, and its chunks are
+    // posted as the sends before them complete (chunk_window at a time); a
+    // read's chunk is checked as it arrives.
+    bool tags_inline = false;
+    std::vector<proto::ChunkMac> chunk_tags;
+    std::size_t next_send = 0;      // the write chunk posted next
+    std::size_t chunks_checked = 0; // read chunks whose tag matched
+    std::vector<ChunkOp> chunk_ops; // posted chunks not yet completed
 
     std::vector<bmi::OpId> ops; // posted, not yet completed
     bmi::OpId recv_op = bmi::no_op;
@@ -195,6 +209,10 @@ private:
     static void cut_chunks(detail::Rpc &r);
     void attach_data(detail::Rpc &r, bmi::Addr to) const;
     void attach_macs(detail::Rpc &r, bmi::Addr to) const;
+    void post_sends(detail::Rpc &r);
+    void post_recvs(detail::Rpc &r);
+    void chunk_arrived(detail::Rpc &r, std::size_t index, std::size_t actual) const;
+    static void reset_transfer(detail::Rpc &r);
     [[nodiscard]] bool read_macs_ok(detail::Rpc &r) const;
     [[nodiscard]] static bool key_retry(const detail::Batch &b, const detail::Rpc &r);
     void on_completion(detail::Rpc &r, const bmi::Completion &c);

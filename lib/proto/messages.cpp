@@ -238,6 +238,45 @@ bool has_chunk_macs(const RequestBody &body) noexcept
     return w != nullptr && w->macs.has_value();
 }
 
+const ChunkMacs *chunk_macs_of(const RequestBody &body) noexcept
+{
+    if (const auto *r = std::get_if<ReadRequest>(&body))
+        return r->macs ? &*r->macs : nullptr;
+    const auto *w = std::get_if<WriteRequest>(&body);
+    return w != nullptr && w->macs ? &*w->macs : nullptr;
+}
+
+// Whether the request's chunk tags travel with the chunks
+// (request_chunk_tags_inline).
+bool tags_inline(const RequestBody &body) noexcept
+{
+    const ChunkMacs *m = chunk_macs_of(body);
+    return m != nullptr && m->with_chunks;
+}
+
+// The envelope's request_chunk_tags_inline, onto the decoded body: such a
+// request carries no tags of its own, and its chunks move as messages.
+DecodeResult with_chunk_tags(RequestBody &body) noexcept
+{
+    ChunkMacs *m = nullptr;
+    bool rdma = false;
+    if (auto *r = std::get_if<ReadRequest>(&body); r != nullptr && r->macs) {
+        m = &*r->macs;
+        rdma = !r->rdma.empty();
+    } else if (auto *w = std::get_if<WriteRequest>(&body); w != nullptr && w->macs) {
+        m = &*w->macs;
+        rdma = !w->rdma.empty();
+    }
+    if (m == nullptr)
+        return {DecodeError::bad_value, "chunk_tags_inline flag without chunk MACs", 0};
+    if (!m->tags.empty())
+        return {DecodeError::bad_value, "tags in a request whose tags travel with its chunks", 0};
+    if (rdma)
+        return {DecodeError::bad_value, "chunk tags with the chunks of an RDMA transfer", 0};
+    m->with_chunks = true;
+    return {};
+}
+
 } // namespace
 
 const char *op_name(Op op) noexcept
@@ -337,7 +376,8 @@ std::size_t encode(const Request &req, const Key &key, std::vector<std::byte> &o
           (create_opens(req.body) ? request_create_opens : 0U) |
           (has_chunk_macs(req.body) ? request_chunk_macs : 0U) | (key.id() ? request_keyed : 0U) |
           (req.cap ? request_capability : 0U) |
-          (req.wants_capability ? request_wants_capability : 0U)); // flags
+          (req.wants_capability ? request_wants_capability : 0U) |
+          (tags_inline(req.body) ? request_chunk_tags_inline : 0U)); // flags
     e.num(req.request_id);
     e.num(req.session);
     e.num(req.seq);
@@ -508,6 +548,9 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
     if (d.ok() && (flags & request_chunk_macs) != 0 && op != Op::read && op != Op::write) {
         d.fail(DecodeError::bad_flags, "chunk_macs flag on another op than read or write", flags);
     }
+    if (d.ok() && (flags & request_chunk_tags_inline) != 0 && (flags & request_chunk_macs) == 0) {
+        d.fail(DecodeError::bad_flags, "chunk_tags_inline flag without chunk MACs", flags);
+    }
     const std::span<const std::byte> body = verified_body(d, message, key);
     if (!d.ok()) {
         return d.result();
@@ -525,6 +568,8 @@ DecodeResult decode(std::span<const std::byte> message, const Key &key, Request 
                                                   : "chunk MACs without the chunk_macs flag",
                 0};
     }
+    if (r && (flags & request_chunk_tags_inline) != 0)
+        return with_chunk_tags(out.body);
     return r;
 }
 

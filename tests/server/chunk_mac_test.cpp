@@ -48,6 +48,16 @@ struct DataCluster {
     RawClient client{files, "data0"};
 };
 
+// Both layouts of a request's tags: with the chunks (libpvfs's for chunks
+// that move as messages) and in the request (its layout for RDMA, here
+// over messages, which servers still accept).
+constexpr std::array<bool, 2> layouts{true, false};
+
+std::string layout_name(bool with_chunks)
+{
+    return with_chunks ? " (tags with the chunks)" : " (tags in the request)";
+}
+
 void require_status(const Call &c, int status, const std::string &what)
 {
     if (!c.answered)
@@ -198,17 +208,22 @@ ATF_TEST_CASE_BODY(injected_chunk_refused)
     victim.to = dc.client.to;
     victim.cap_fs_id = dc.client.cap_fs_id;
     require_status(victim.call(proto::StatusRequest{}), 0, "status through the relay");
-    // 40000 bytes on: inside the first chunk's 64 KiB (the request and the
-    // frame headers before it take a few hundred).
-    proxy.arm(40000);
-    const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 9);
-    require_status(victim.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
-                   "write with a byte flipped on the wire");
-    require(proxy.flipped(), "the relay flipped nothing");
-    require(read_back(dc.client, h, a.size()) == a, "the injected chunk was stored");
-    require_status(victim.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), 0,
-                   "write through the relay, untouched");
-    require(read_back(dc.client, h, b.size()) == b, "untouched write: bytes differ");
+    for (const bool with : layouts) {
+        victim.tags_with_chunks = with;
+        const std::string how = layout_name(with);
+        require(seed(dc.client, h) == a, "seed" + how);
+        // 40000 bytes on: inside the first chunk's 64 KiB (the request and
+        // the frame headers before it take a few hundred).
+        proxy.arm(40000);
+        const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 9);
+        require_status(victim.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
+                       "write with a byte flipped on the wire" + how);
+        require(proxy.flipped(), "the relay flipped nothing" + how);
+        require(read_back(dc.client, h, a.size()) == a, "the injected chunk was stored" + how);
+        require_status(victim.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), 0,
+                       "write through the relay, untouched" + how);
+        require(read_back(dc.client, h, b.size()) == b, "untouched write: bytes differ" + how);
+    }
 }
 
 // A byte flipped in a chunk after its MAC: EBADMSG, and nothing of the
@@ -217,30 +232,88 @@ ATF_TEST_CASE_WITHOUT_HEAD(forged_chunk_refused);
 ATF_TEST_CASE_BODY(forged_chunk_refused)
 {
     DataCluster dc;
-    const Handle h = make_handle(0, 11);
+    for (const bool with : layouts) {
+        dc.client.tags_with_chunks = with;
+        const std::string how = layout_name(with);
+        const Handle h = make_handle(0, with ? 11 : 21);
+        const std::vector<std::byte> a = seed(dc.client, h);
+        const std::vector<std::byte> b = test::pattern(chunk, 2);
+        dc.client.data_hook = [](std::vector<std::byte> &stream) {
+            stream[1000] ^= std::byte{0x40};
+        };
+        require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
+                       "forged write" + how);
+        dc.client.data_hook = nullptr;
+        require(read_back(dc.client, h, a.size()) == a,
+                "the forged write changed the object" + how);
+        // The last of three chunks forged: its range is untouched.
+        const std::vector<std::byte> c = test::pattern(3 * std::size_t{chunk}, 3);
+        dc.client.data_hook = [](std::vector<std::byte> &stream) {
+            stream[2 * std::size_t{chunk} + 7] ^= std::byte{0x01};
+        };
+        require_status(dc.client.call(write_of(h, 0, c.size()), 20000, c, {}, chunk), EBADMSG,
+                       "write with its last chunk forged" + how);
+        dc.client.data_hook = nullptr;
+        const std::vector<std::byte> back = read_back(dc.client, h, a.size());
+        require(std::equal(back.begin() + 2 * std::ptrdiff_t{chunk}, back.end(),
+                           a.begin() + 2 * std::ptrdiff_t{chunk}),
+                "the forged chunk reached the object" + how);
+        // The connection and the server are fine afterwards.
+        require_status(dc.client.call(write_of(h, 0, c.size()), 20000, c, {}, chunk), 0,
+                       "honest write after" + how);
+        require(read_back(dc.client, h, c.size()) == c, "honest write after: bytes differ" + how);
+    }
+}
+
+// Tags with the chunks: a chunk message cut inside its tag, without its
+// tag, or longer than chunk and tag: refused (EPROTO), nothing of it
+// stored; tags swapped between chunks: EBADMSG.
+ATF_TEST_CASE_WITHOUT_HEAD(bad_chunk_trailer_refused);
+ATF_TEST_CASE_BODY(bad_chunk_trailer_refused)
+{
+    DataCluster dc;
+    const Handle h = make_handle(0, 15);
     const std::vector<std::byte> a = seed(dc.client, h);
-    const std::vector<std::byte> b = test::pattern(chunk, 2);
-    dc.client.data_hook = [](std::vector<std::byte> &stream) { stream[1000] ^= std::byte{0x40}; };
-    require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
-                   "forged write");
-    dc.client.data_hook = nullptr;
-    require(read_back(dc.client, h, a.size()) == a, "the forged write changed the object");
-    // The last of three chunks forged: its range is untouched.
-    const std::vector<std::byte> c = test::pattern(3 * std::size_t{chunk}, 3);
-    dc.client.data_hook = [](std::vector<std::byte> &stream) {
-        stream[2 * std::size_t{chunk} + 7] ^= std::byte{0x01};
+    const std::vector<std::byte> b = test::pattern(3 * std::size_t{chunk}, 12);
+    const auto last_chunk_intact = [&](const std::string &what) {
+        const std::vector<std::byte> back = read_back(dc.client, h, a.size());
+        require(std::equal(back.begin() + 2 * std::ptrdiff_t{chunk}, back.end(),
+                           a.begin() + 2 * std::ptrdiff_t{chunk}),
+                what + ": the bad chunk reached the object");
     };
-    require_status(dc.client.call(write_of(h, 0, c.size()), 20000, c, {}, chunk), EBADMSG,
-                   "write with its last chunk forged");
-    dc.client.data_hook = nullptr;
-    const std::vector<std::byte> back = read_back(dc.client, h, a.size());
-    require(std::equal(back.begin() + 2 * std::ptrdiff_t{chunk}, back.end(),
-                       a.begin() + 2 * std::ptrdiff_t{chunk}),
-            "the forged chunk reached the object");
-    // The connection and the server are fine afterwards.
-    require_status(dc.client.call(write_of(h, 0, c.size()), 20000, c, {}, chunk), 0,
+    const std::vector<std::pair<const char *, std::size_t>> sizes{
+        {"cut inside its tag", chunk + 8},
+        {"without its tag", chunk},
+        {"with bytes after its tag", chunk + proto::chunk_mac_size + 1},
+    };
+    for (const auto &[what, wire_size] : sizes) {
+        dc.client.chunk_message_hook = [length = wire_size](std::size_t i,
+                                                            std::vector<std::byte> &m) {
+            if (i == 2)
+                m.resize(length);
+        };
+        const Call c = dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk);
+        // A message longer than the posted receive fails the receive in
+        // BMI; the others arrive short.  Either way the request fails.
+        require(c.answered && c.response.status != 0,
+                std::string("a write whose last chunk is ") + what + " was not refused");
+        last_chunk_intact(what);
+    }
+    std::vector<std::byte> first_tag;
+    dc.client.chunk_message_hook = [&first_tag](std::size_t i, std::vector<std::byte> &m) {
+        const auto tag = m.end() - static_cast<std::ptrdiff_t>(proto::chunk_mac_size);
+        if (i == 0)
+            first_tag.assign(tag, m.end());
+        else if (i == 2)
+            std::ranges::copy(first_tag, tag);
+    };
+    require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
+                   "write whose last chunk carries the first one's tag");
+    last_chunk_intact("another chunk's tag");
+    dc.client.chunk_message_hook = nullptr;
+    require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), 0,
                    "honest write after");
-    require(read_back(dc.client, h, c.size()) == c, "honest write after: bytes differ");
+    require(read_back(dc.client, h, b.size()) == b, "honest write after: bytes differ");
 }
 
 // Tags made for another request (its ids): refused though the bytes are
@@ -249,17 +322,21 @@ ATF_TEST_CASE_WITHOUT_HEAD(chunk_of_other_request_refused);
 ATF_TEST_CASE_BODY(chunk_of_other_request_refused)
 {
     DataCluster dc;
-    const Handle h = make_handle(0, 12);
-    const std::vector<std::byte> a = seed(dc.client, h);
-    const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 4);
-    dc.client.bind_hook = [](proto::ChunkBinding &binding) {
-        binding.seq -= 1;
-        binding.request_id -= 1;
-    };
-    require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
-                   "write with another request's tags");
-    dc.client.bind_hook = nullptr;
-    require(read_back(dc.client, h, a.size()) == a, "another request's chunks were stored");
+    for (const bool with : layouts) {
+        dc.client.tags_with_chunks = with;
+        const Handle h = make_handle(0, with ? 12 : 22);
+        const std::vector<std::byte> a = seed(dc.client, h);
+        const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 4);
+        dc.client.bind_hook = [](proto::ChunkBinding &binding) {
+            binding.seq -= 1;
+            binding.request_id -= 1;
+        };
+        require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
+                       "write with another request's tags" + layout_name(with));
+        dc.client.bind_hook = nullptr;
+        require(read_back(dc.client, h, a.size()) == a,
+                "another request's chunks were stored" + layout_name(with));
+    }
 }
 
 // Chunks in another order, or tags made for another object or server.
@@ -267,29 +344,33 @@ ATF_TEST_CASE_WITHOUT_HEAD(misplaced_chunk_refused);
 ATF_TEST_CASE_BODY(misplaced_chunk_refused)
 {
     DataCluster dc;
-    const Handle h = make_handle(0, 13);
-    const std::vector<std::byte> a = seed(dc.client, h);
-    const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 5);
-    dc.client.data_hook = [](std::vector<std::byte> &stream) {
-        std::swap_ranges(stream.begin(), stream.begin() + chunk, stream.begin() + chunk);
-    };
-    require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
-                   "write with two chunks swapped");
-    dc.client.data_hook = nullptr;
-    require(read_back(dc.client, h, a.size()) == a, "swapped chunks were stored");
-    const std::vector<std::pair<const char *, void (*)(proto::ChunkBinding &)>> binds{
-        {"another handle", [](proto::ChunkBinding &x) { x.handle += 1; }},
-        {"another server", [](proto::ChunkBinding &x) { x.server_index += 1; }},
-        {"another file system", [](proto::ChunkBinding &x) { x.fs_id += 1; }},
-        {"a read's tags", [](proto::ChunkBinding &x) { x.is_write = false; }},
-    };
-    for (const auto &[what, hook] : binds) {
-        dc.client.bind_hook = hook;
+    for (const bool with : layouts) {
+        dc.client.tags_with_chunks = with;
+        const std::string how = layout_name(with);
+        const Handle h = make_handle(0, with ? 13 : 23);
+        const std::vector<std::byte> a = seed(dc.client, h);
+        const std::vector<std::byte> b = test::pattern(2 * std::size_t{chunk}, 5);
+        dc.client.data_hook = [](std::vector<std::byte> &stream) {
+            std::swap_ranges(stream.begin(), stream.begin() + chunk, stream.begin() + chunk);
+        };
         require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
-                       std::string("write with tags for ") + what);
+                       "write with two chunks swapped" + how);
+        dc.client.data_hook = nullptr;
+        require(read_back(dc.client, h, a.size()) == a, "swapped chunks were stored" + how);
+        const std::vector<std::pair<const char *, void (*)(proto::ChunkBinding &)>> binds{
+            {"another handle", [](proto::ChunkBinding &x) { x.handle += 1; }},
+            {"another server", [](proto::ChunkBinding &x) { x.server_index += 1; }},
+            {"another file system", [](proto::ChunkBinding &x) { x.fs_id += 1; }},
+            {"a read's tags", [](proto::ChunkBinding &x) { x.is_write = false; }},
+        };
+        for (const auto &[what, hook] : binds) {
+            dc.client.bind_hook = hook;
+            require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EBADMSG,
+                           std::string("write with tags for ") + what + how);
+        }
+        dc.client.bind_hook = nullptr;
+        require(read_back(dc.client, h, a.size()) == a, "misdirected chunks were stored" + how);
     }
-    dc.client.bind_hook = nullptr;
-    require(read_back(dc.client, h, a.size()) == a, "misdirected chunks were stored");
 }
 
 // Bulk data without MACs over an authenticated connection: refused
@@ -314,6 +395,8 @@ ATF_TEST_CASE_BODY(missing_or_malformed_macs_refused)
     require_status(dc.client.call(proto::WriteRequest{h, {{0, 100}}, chunk, 0, small, {}, {}}), 0,
                    "inline write without chunk MACs");
     dc.client.chunk_macs = true;
+    // A tag list in the request: the layout without tags in the chunks.
+    dc.client.tags_with_chunks = false;
     dc.client.tags_hook = [](std::vector<proto::ChunkMac> &tags) { tags.pop_back(); };
     require_status(dc.client.call(write_of(h, 0, b.size()), 20000, b, {}, chunk), EINVAL,
                    "write with a tag missing");
@@ -375,6 +458,7 @@ ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, injected_chunk_refused);
     ATF_ADD_TEST_CASE(tcs, forged_chunk_refused);
+    ATF_ADD_TEST_CASE(tcs, bad_chunk_trailer_refused);
     ATF_ADD_TEST_CASE(tcs, chunk_of_other_request_refused);
     ATF_ADD_TEST_CASE(tcs, misplaced_chunk_refused);
     ATF_ADD_TEST_CASE(tcs, missing_or_malformed_macs_refused);

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -474,6 +475,7 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
     proto::Request req = make_request(std::move(body));
     // Chunk MACs, as libpvfs makes them (see chunk_macs).
     std::vector<std::byte> altered;
+    std::vector<proto::ChunkMac> inline_tags; // a write's, sent after its chunks
     std::optional<proto::SessionKey> mac_key;
     proto::ChunkBinding binding;
     auto *read_body = std::get_if<proto::ReadRequest>(&req.body);
@@ -498,10 +500,13 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
         if (bind_hook)
             bind_hook(tagged);
         proto::ChunkMacs macs{proto::session_key_check(*mac_key), {}};
+        macs.with_chunks = tags_with_chunks;
         if (write_body != nullptr) {
             macs.tags = tags_of(*mac_key, tagged, send_data, chunk);
             if (tags_hook)
                 tags_hook(macs.tags);
+            if (tags_with_chunks)
+                inline_tags = std::exchange(macs.tags, {});
             write_body->macs = std::move(macs);
         } else {
             read_body->macs = std::move(macs);
@@ -516,7 +521,8 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
     proto::encode(req, key_, bytes);
     const bmi::Tag tag = next_tag_++;
     const bmi::Tag dtag = proto::data_tag(tag);
-    std::vector<bmi::OpId> pending;
+    constexpr std::size_t not_a_chunk = ~std::size_t{0};
+    std::vector<std::pair<bmi::OpId, std::size_t>> pending; // and which chunk
     bmi::OpId response_op = bmi::no_op;
     std::size_t response_size = 0;
     bool response_done = false;
@@ -544,21 +550,46 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
         return result;
     }
     if (!sp.completed)
-        pending.push_back(sp.op);
-    // Bulk data: chunk i of the stream on the data tag, in order.
+        pending.emplace_back(sp.op, not_a_chunk);
+    // Bulk data: chunk i of the stream on the data tag, in order; with the
+    // tags inline, each chunk message is its bytes and then its tag.
+    const bool inline_mode = mac_key && tags_with_chunks;
     const std::size_t total = std::max(send_data.size(), receive_data.size());
-    for (std::size_t off = 0; chunk > 0 && off < total; off += chunk) {
+    std::vector<std::vector<std::byte>> wire; // inline mode: each chunk message
+    std::vector<std::size_t> arrived;         // inline mode: each read chunk's size
+    for (std::size_t off = 0, i = 0; chunk > 0 && off < total; off += chunk, ++i) {
         const std::size_t n = std::min<std::size_t>(chunk, total - off);
+        std::span<const std::byte> out = send_data.empty() ? send_data : send_data.subspan(off, n);
+        std::span<std::byte> in =
+            receive_data.empty() ? receive_data : receive_data.subspan(off, n);
+        if (inline_mode) {
+            auto &m = wire.emplace_back(n + proto::chunk_mac_size);
+            if (!send_data.empty()) {
+                std::ranges::copy(out, m.begin());
+                if (i < inline_tags.size())
+                    std::ranges::copy(inline_tags[i], m.begin() + static_cast<std::ptrdiff_t>(n));
+                else
+                    m.resize(n);
+                if (chunk_message_hook)
+                    chunk_message_hook(i, m);
+                out = m;
+            } else {
+                in = m;
+            }
+            arrived.push_back(0);
+        }
         const bmi::Post p =
             !send_data.empty()
-                ? bmi_.post_send(server_, send_data.data() + off, n, dtag, nullptr, ctx_)
-                : bmi_.post_recv(server_, receive_data.data() + off, n, dtag, nullptr, ctx_);
+                ? bmi_.post_send(server_, out.data(), out.size(), dtag, nullptr, ctx_)
+                : bmi_.post_recv(server_, in.data(), in.size(), dtag, nullptr, ctx_);
         if (!p.ok()) {
             result.error = "bulk post: " + errno_string(-p.error);
             break;
         }
         if (!p.completed)
-            pending.push_back(p.op);
+            pending.emplace_back(p.op, i);
+        else if (inline_mode)
+            arrived.back() = p.actual_size;
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     std::vector<bmi::Completion> done;
@@ -582,11 +613,13 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
     // The bulk operations end with the response (or are cancelled); a
     // refused request's data is not taken, so its sends are not waited for.
     const bool accepted = decoded && *decoded && result.response.status == 0;
-    for (const bmi::OpId op : pending) {
+    for (const auto &[op, index] : pending) {
         bmi::Completion c;
         if (!bmi_.test(op, c, accepted ? 5000 : 0)) {
             bmi_.cancel(op);
             static_cast<void>(bmi_.test(op, c, 5000));
+        } else if (index != not_a_chunk && index < arrived.size() && c.error == 0) {
+            arrived[index] = c.actual_size;
         }
     }
     if (response_op != bmi::no_op) {
@@ -607,11 +640,33 @@ Call RawClient::call(proto::RequestBody body, int timeout_ms, std::span<const st
     result.answered = true;
     if (const auto *r = std::get_if<proto::ReadResponse>(&result.response.body);
         r != nullptr && mac_key && read_body != nullptr && result.response.status == 0) {
+        std::vector<proto::ChunkMac> got;
+        if (inline_mode) {
+            // Each chunk message: the chunk's bytes, then its tag.
+            for (std::size_t i = 0; i < wire.size(); ++i) {
+                const std::size_t n = wire[i].size() - proto::chunk_mac_size;
+                if (arrived[i] != wire[i].size()) {
+                    result.error = "read chunk " + std::to_string(i) + " carried " +
+                                   std::to_string(arrived[i]) + " bytes, expected " +
+                                   std::to_string(wire[i].size());
+                    return result;
+                }
+                std::copy_n(wire[i].begin(), n,
+                            receive_data.begin() + static_cast<std::ptrdiff_t>(i * chunk));
+                got.emplace_back();
+                std::copy_n(wire[i].begin() + static_cast<std::ptrdiff_t>(n), proto::chunk_mac_size,
+                            got.back().begin());
+            }
+            if (r->macs)
+                result.error = "tags in the response of a read whose tags come with its chunks";
+        } else if (r->macs) {
+            got = *r->macs;
+        }
         const std::vector<proto::ChunkMac> want = tags_of(*mac_key, binding, receive_data, chunk);
-        bool ok = r->macs && r->macs->size() == want.size();
+        bool ok = got.size() == want.size();
         for (std::size_t i = 0; ok && i < want.size(); ++i)
-            ok = proto::same_mac(want[i], (*r->macs)[i]);
-        if (!ok)
+            ok = proto::same_mac(want[i], got[i]);
+        if (!ok && result.error.empty())
             result.error = "the read's chunk MACs do not match the bytes that came";
     }
     return result;

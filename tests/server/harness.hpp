@@ -208,6 +208,15 @@ public:
     // bytes that came (a mismatch is Call::error).  Tests that play an
     // attacker turn them off, or change what they cover:
     bool chunk_macs = true;
+    // Whether, as libpvfs does for chunks that move as messages, each tag
+    // travels after its chunk's bytes (proto::ChunkMacs::with_chunks) rather
+    // than in the request (a write's) or the response (a read's).  With it,
+    // tags_hook's list gives the tag sent after each chunk: a chunk past its
+    // end goes without one.
+    bool tags_with_chunks = true;
+    // With tags_with_chunks: called with each write chunk message (its
+    // bytes and its tag) as it is about to go, to cut or lengthen it.
+    std::function<void(std::size_t, std::vector<std::byte> &)> chunk_message_hook;
     // Called with the binding the tags are computed under (another
     // request's ids, another handle: tags the server must refuse).
     std::function<void(proto::ChunkBinding &)> bind_hook;

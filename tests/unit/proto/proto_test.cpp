@@ -488,8 +488,10 @@ ATF_TEST_CASE_BODY(nonzero_flags)
     // request_knows_orphaned (orphaned_field), bit 2 request_bound
     // (destination), bit 3 request_create_opens (create_open_field, here on
     // another op), bit 4 request_keyed (keyed), bit 5 request_chunk_macs
-    // (chunk_macs_field, here on another op); every other bit is unknown.
-    for (const std::uint32_t flags : {8U, 32U, 0x80000000U, 0xFFFFFFFFU}) {
+    // (chunk_macs_field, here on another op), bit 8 request_chunk_tags_inline
+    // (chunk_tags_inline, here without chunk MACs); every other bit is
+    // unknown.
+    for (const std::uint32_t flags : {8U, 32U, 256U, 288U, 0x80000000U, 0xFFFFFFFFU}) {
         auto m = encoded(samples::request(proto::StatusRequest{}));
         put_u32(m, request_flags_at, flags);
         resign(m);
@@ -855,6 +857,57 @@ ATF_TEST_CASE_BODY(wants_capability_flag)
 
 // Chunk MACs travel at the end of a read's or write's body, with the
 // envelope flag that says so; the two must agree, and the list is bounded.
+// Tags with their chunks: the envelope flag, MACs without tags in the
+// request, never with RDMA; the response then carries none either.
+ATF_TEST_CASE_WITHOUT_HEAD(chunk_tags_inline);
+ATF_TEST_CASE_BODY(chunk_tags_inline)
+{
+    const auto key = samples::test_key();
+    proto::WriteRequest body{.handle = 7, .regions = {{0, 3U << 16U}}, .chunk_size = 1U << 16U};
+    body.macs = proto::ChunkMacs{.key_check = 0x1122334455667788, .tags = {}, .with_chunks = true};
+    proto::Request req = samples::request(body);
+    req.once = {};
+    req.cap.reset();
+    const auto with = encoded(req, key);
+    ATF_REQUIRE_EQ(static_cast<unsigned>(with.at(request_flags_at)), 32U);
+    ATF_REQUIRE_EQ(static_cast<unsigned>(with.at(request_flags_at + 1)), 1U);
+    proto::Request back;
+    ATF_REQUIRE(proto::decode(with, key, back));
+    ATF_REQUIRE(back == req);
+    ATF_REQUIRE(std::get<proto::WriteRequest>(back.body).macs->with_chunks);
+    // The same MACs without the flag: an ordinary write with no tags.
+    auto plain = with;
+    put_u32(plain, request_flags_at, 32);
+    resign(plain);
+    ATF_REQUIRE(proto::decode(plain, key, back));
+    ATF_REQUIRE(!std::get<proto::WriteRequest>(back.body).macs->with_chunks);
+    // The flag without chunk MACs is refused before the body is read.
+    auto no_macs = with;
+    put_u32(no_macs, request_flags_at, 256);
+    resign(no_macs);
+    require_error(decode_request(no_macs), DecodeError::bad_flags, "inline tags without MACs");
+    const auto decode_with = [&](proto::RequestBody b) {
+        proto::Request r = req;
+        r.body = std::move(b);
+        return proto::decode(encoded(r, key), key, back);
+    };
+    proto::WriteRequest tagged = body;
+    proto::ChunkMac t{};
+    tagged.macs->tags = {t, t, t};
+    const auto r1 = decode_with(tagged);
+    require_error(r1, DecodeError::bad_value, "tags in the request too");
+    ATF_REQUIRE_EQ(std::string(r1.what), "tags in a request whose tags travel with its chunks");
+    proto::WriteRequest rdma = body;
+    rdma.rdma = samples::pattern(40, 3);
+    require_error(decode_with(rdma), DecodeError::bad_value, "inline tags and RDMA");
+    proto::ReadRequest read{.handle = 7, .regions = {{0, 100}}, .chunk_size = 1U << 16U};
+    read.macs = proto::ChunkMacs{.key_check = 5, .tags = {}, .with_chunks = true};
+    ATF_REQUIRE(decode_with(read));
+    ATF_REQUIRE(back.body == proto::RequestBody(read));
+    read.rdma = samples::pattern(40, 4);
+    require_error(decode_with(read), DecodeError::bad_value, "read: inline tags and RDMA");
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(chunk_macs_field);
 ATF_TEST_CASE_BODY(chunk_macs_field)
 {
@@ -1589,6 +1642,7 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, orphaned_field);
     ATF_ADD_TEST_CASE(tcs, create_open_field);
     ATF_ADD_TEST_CASE(tcs, chunk_macs_field);
+    ATF_ADD_TEST_CASE(tcs, chunk_tags_inline);
     ATF_ADD_TEST_CASE(tcs, wants_capability_flag);
     ATF_ADD_TEST_CASE(tcs, capability_field);
     ATF_ADD_TEST_CASE(tcs, open_close_values);
