@@ -275,6 +275,8 @@ std::unique_ptr<Server> Server::create(const ServerOptions &options, std::string
         mo.server_index = static_cast<std::uint32_t>(pos - metas.begin());
         mo.default_layout = server->cluster_.defaults.default_layout;
         mo.durable = server->cluster_.defaults.durable_metadata;
+        for (const std::size_t i : server->cluster_.data_servers())
+            mo.data_servers.push_back(server->cluster_.servers.at(i).name);
         meta::Store store;
         if (const int rc = store.open(mo); rc != 0) {
             error = "metadata store " + mo.path + ": " + errno_text(-rc);

@@ -9,9 +9,13 @@
 #include <cerrno>
 #include <ctime>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "detail/lmdb.hpp"
 #include "detail/ops.hpp"
@@ -31,6 +35,58 @@ constexpr int batch_ended = -EBADF;
     timespec ts{};
     ::clock_gettime(CLOCK_REALTIME, &ts);
     return Timespec{ts.tv_sec, static_cast<std::uint32_t>(ts.tv_nsec)};
+}
+
+[[nodiscard]] std::string listed(const std::vector<std::string> &names)
+{
+    std::string out;
+    for (const std::string &name : names)
+        out += name + "\n";
+    return out;
+}
+
+[[nodiscard]] std::string readable(std::string_view list)
+{
+    std::string out;
+    std::size_t count = 0;
+    for (std::size_t start = 0; start < list.size();) {
+        std::size_t end = list.find('\n', start);
+        if (end == std::string_view::npos)
+            end = list.size();
+        out += (count++ == 0 ? "" : ", ") + std::string(list.substr(start, end - start));
+        start = end + 1;
+    }
+    return fmt::format("{} ({})", count, out);
+}
+
+// Records the data server list in a store that has none; refuses a list
+// other than the recorded one.
+[[nodiscard]] int check_data_servers(const ops::Tx &tx, const Options &options)
+{
+    if (options.data_servers.empty())
+        return 0;
+    const std::string now = listed(options.data_servers);
+    const auto bytes = [](std::string_view s) {
+        return records::Bytes{reinterpret_cast<const std::uint8_t *>(s.data()), s.size()};
+    };
+    records::Bytes recorded;
+    const int rc = ops::get(tx, tx.tables->meta, bytes(records::key_data_servers), recorded);
+    if (rc == -ENOENT)
+        return ops::put(tx, tx.tables->meta, bytes(records::key_data_servers), bytes(now));
+    if (rc != 0)
+        return rc;
+    const std::string_view was(reinterpret_cast<const char *>(recorded.data()), recorded.size());
+    if (was == now)
+        return 0;
+    gossip::error(gossip::Mask::meta,
+                  "metadata store {}: its files are striped over the data servers {}, in this "
+                  "order; the config has {}.  A file's stripe k is on data server (first + k) "
+                  "mod their count, so this config would read and write files on the wrong "
+                  "servers.  Put the data server list back as it was (names and order; "
+                  "addresses may change): data servers cannot yet be added, removed or "
+                  "reordered (docs/metadata.md \"The data server list\")",
+                  options.path, readable(was), readable(now));
+    return -EINVAL;
 }
 
 } // namespace
@@ -453,6 +509,8 @@ int Store::open(const Options &options)
         gossip::error(gossip::Mask::meta, "cannot initialise metadata store {}", options.path);
         return rc;
     }
+    if (const int rc = check_data_servers(tx, options); rc != 0)
+        return rc;
     if (const int rc = ops::migrate_replies(tx); rc != 0) {
         gossip::error(gossip::Mask::meta, "cannot move the reply cache of metadata store {}",
                       options.path);

@@ -15,9 +15,13 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <span>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "harness.hpp"
@@ -525,6 +529,66 @@ ATF_TEST_CASE_BODY(layout_beyond_the_cluster)
     require_rc(c->write(f.handle, 0, data), static_cast<std::int64_t>(data.size()), "write");
 }
 
+// Today's layouts place a file's stripes by position in the config's data
+// server list, so a metadata server refuses to start when that list grew,
+// shrank or was reordered (docs/metadata.md "The data server list"),
+// saying why in its log; with the old list back the files read exact.
+ATF_TEST_CASE_WITHOUT_HEAD(changed_data_server_list_refused);
+ATF_TEST_CASE_BODY(changed_data_server_list_refused)
+{
+    Cluster cl;
+    const std::vector<std::byte> data = test::pattern(5 * stripe + 1000, 17);
+    {
+        auto c = cl.connect();
+        const Attr a = make_file(*c, "striped");
+        require_rc(c->write(a.handle, 0, data), static_cast<std::int64_t>(data.size()), "write");
+        require_rc(c->fsync(a.handle), 0, "fsync");
+    }
+    require(cl.servers["meta0"]->stop(SIGTERM) == 0, "meta0 did not stop cleanly");
+    std::stringstream text;
+    text << std::ifstream(cl.files.config_path).rdbuf();
+    const std::string original = text.str();
+    std::string swapped = original;
+    for (const auto &[from, to] :
+         {std::pair{"data1", "swap"}, std::pair{"data2", "data1"}, std::pair{"swap", "data2"}}) {
+        for (std::size_t at = swapped.find(from); at != std::string::npos;
+             at = swapped.find(from, at + std::strlen(to)))
+            swapped.replace(at, std::strlen(from), to);
+    }
+    const std::vector<std::pair<std::string, std::string>> variants{
+        {"grown", original +
+                      "[[server]]\nname = \"data3\"\naddresses = "
+                      "[\"tcp://127.0.0.1:9\"]\nroles = [\"data\"]\nstorage = \"" +
+                      (cl.files.dir / "data3").string() + "\"\n"},
+        {"reordered", swapped},
+    };
+    for (const auto &[name, config] : variants) {
+        test::ClusterFiles changed = cl.files;
+        changed.config_path = (cl.files.dir / (name + ".toml")).string();
+        std::ofstream(changed.config_path) << config;
+        fs::remove(cl.files.dir / "meta0.log");
+        std::string refusal;
+        try {
+            test::ServerProcess server(PVFS_SERVER_BINARY, changed, "meta0");
+        } catch (const std::runtime_error &e) {
+            refusal = e.what();
+        }
+        std::string what = name;
+        what += " config: meta0 did not refuse it: ";
+        what += refusal;
+        require(refusal.find("exited at start") != std::string::npos &&
+                    refusal.find("cannot yet be added, removed or reordered") != std::string::npos,
+                what);
+    }
+    cl.start("meta0");
+    auto c = cl.connect();
+    Attr a;
+    require_rc(c->lookup(root_handle, "striped", a), 0, "lookup");
+    std::vector<std::byte> got(data.size());
+    require_rc(c->read(a.handle, 0, got), static_cast<std::int64_t>(data.size()), "read");
+    require(got == data, "the file's bytes differ after the refusals");
+}
+
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, round_trips_around_stripes);
@@ -538,4 +602,5 @@ ATF_INIT_TEST_CASES(tcs)
     ATF_ADD_TEST_CASE(tcs, full_storage_reports_enospc);
     ATF_ADD_TEST_CASE(tcs, layout_as_xattr);
     ATF_ADD_TEST_CASE(tcs, layout_beyond_the_cluster);
+    ATF_ADD_TEST_CASE(tcs, changed_data_server_list_refused);
 }

@@ -90,6 +90,11 @@ inline constexpr std::string_view key_server_index = "server_index";
 inline constexpr std::string_view key_next_id = "next_id";
 inline constexpr std::string_view key_next_seq = "next_seq";
 inline constexpr std::uint64_t store_format = 1;
+// Not a counter: the config's data servers when the store was made (or
+// first opened by a build that records them), each name and a newline, in
+// file order.  Today's layouts place stripe k on data server
+// (first_server + k) mod their count, so that list is part of every file.
+inline constexpr std::string_view key_data_servers = "data_servers";
 
 } // namespace pvfs::meta::records
 

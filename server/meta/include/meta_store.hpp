@@ -84,6 +84,11 @@ struct Options {
     // The link limit, at most (and by default) meta::max_links.  Lower only
     // so tests reach EMLINK quickly.
     std::uint32_t max_links = meta::max_links;
+    // The config's data servers, in file order.  The first open records
+    // them; a later open with another list fails with EINVAL (a layout's
+    // stripes are placed by position in it: docs/metadata.md "The data
+    // server list").  Empty: neither recorded nor checked (tools, tests).
+    std::vector<std::string> data_servers;
 };
 
 struct CreateResult {

@@ -209,6 +209,45 @@ ATF_TEST_CASE_BODY(open_and_handles)
     check(s4.open(bad), -EINVAL, "invalid default layout");
 }
 
+// The data server list is part of every file's placement: the first open
+// that names one records it (also in a store made without one, as by an
+// earlier build), and an open with another list, longer, shorter or
+// reordered, is refused; an open that names none checks nothing.
+ATF_TEST_CASE_WITHOUT_HEAD(data_server_list_recorded);
+ATF_TEST_CASE_BODY(data_server_list_recorded)
+{
+    meta::Options o = options();
+    o.path = "store-list";
+    {
+        Store s;
+        open_store(s, o); // no list: as a store an earlier build made
+    }
+    const auto open_with = [&](std::vector<std::string> list) {
+        meta::Options with = o;
+        with.data_servers = std::move(list);
+        Store s;
+        return s.open(with);
+    };
+    check(open_with({"data0", "data1"}), 0, "the first open with a list");
+    check(open_with({"data0", "data1"}), 0, "the same list");
+    check(open_with({"data0", "data1", "data2"}), -EINVAL, "a data server added");
+    check(open_with({"data0"}), -EINVAL, "a data server removed");
+    check(open_with({"data1", "data0"}), -EINVAL, "the data servers reordered");
+    check(open_with({"data0", "other"}), -EINVAL, "a data server replaced");
+    check(open_with({}), 0, "no list: not checked");
+    check(open_with({"data0", "data1"}), 0, "the recorded list after the refusals");
+
+    meta::Options fresh = options();
+    fresh.path = "store-list-new";
+    fresh.data_servers = {"a", "b", "c"};
+    Store s;
+    open_store(s, fresh);
+    s.close();
+    check(open_with({"a", "b", "c"}), -EINVAL, "another store's list");
+    fresh.data_servers = {"a", "b"};
+    check(s.open(fresh), -EINVAL, "a new store records its first list");
+}
+
 ATF_TEST_CASE_WITHOUT_HEAD(create_lookup_getattr);
 ATF_TEST_CASE_BODY(create_lookup_getattr)
 {
@@ -1270,6 +1309,7 @@ ATF_TEST_CASE_BODY(remote_directories)
 ATF_INIT_TEST_CASES(tcs)
 {
     ATF_ADD_TEST_CASE(tcs, open_and_handles);
+    ATF_ADD_TEST_CASE(tcs, data_server_list_recorded);
     ATF_ADD_TEST_CASE(tcs, create_lookup_getattr);
     ATF_ADD_TEST_CASE(tcs, mkdir_mknod_symlink);
     ATF_ADD_TEST_CASE(tcs, unlink_rmdir_link_counts);
