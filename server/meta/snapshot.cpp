@@ -366,10 +366,20 @@ int restore_snapshot(const std::string &path, const std::string &store_path, std
                     fmt::format("{} already holds a store: move it away first (its server "
                                 "stopped)",
                                 store_path));
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    const bool made = ::mkdir(dir.c_str(), 0700) == 0;
+    if (!made && errno != EEXIST) {
         const int err = errno;
         return fail(error, -err, fmt::format("mkdir {}: {}", store_path, errno_text(err)));
     }
+    // The store must belong to the user the server runs as, not to root
+    // restoring it: the owner of the store's directory, or of the storage
+    // directory above a store directory made here.
+    struct stat owner {};
+    if (::stat((made ? dir.parent_path() : dir).c_str(), &owner) != 0)
+        return io_fail(error, "stat " + (made ? dir.parent_path() : dir).string());
+    const bool give_away = ::geteuid() == 0 && owner.st_uid != 0;
+    if (made && give_away && ::chown(dir.c_str(), owner.st_uid, owner.st_gid) != 0)
+        return io_fail(error, "chown " + store_path);
     // A stale lock file would describe readers of the store that was there.
     ::unlink((dir / "lock.mdb").c_str());
     const std::filesystem::path partial = dir / "data.mdb.restoring";
@@ -382,6 +392,11 @@ int restore_snapshot(const std::string &path, const std::string &store_path, std
         if (!out.valid()) {
             const int err = errno;
             return fail(error, -err, fmt::format("{}: {}", partial.string(), errno_text(err)));
+        }
+        if (give_away && ::fchown(out.get(), owner.st_uid, owner.st_gid) != 0) {
+            const int rc = io_fail(error, "chown " + partial.string());
+            ::unlink(partial.c_str());
+            return rc;
         }
         if (const int rc = mdb_env_copyfd2(env.get(), out.get(), 0); rc != 0) {
             ::unlink(partial.c_str());

@@ -6,7 +6,9 @@
 // servers still hold).
 #include <atf-c++.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -266,6 +268,22 @@ ATF_TEST_CASE_BODY(damaged_snapshot_refused)
     }
     const ToolRun ok = meta_dump("--verify " + good.string());
     require(ok.status == 0, "the undamaged snapshot: " + describe(ok));
+
+    // Restored by root, the store belongs to the storage's owner (the user
+    // the server runs as), not to root.
+    if (::geteuid() == 0) {
+        const fs::path storage = fs::current_path() / "owned";
+        fs::create_directory(storage);
+        require(::chown(storage.c_str(), 65534, 65534) == 0, "chown the storage directory");
+        const ToolRun restored =
+            meta_dump("--restore --store " + (storage / "meta").string() + " " + good.string());
+        require(restored.status == 0, "restore into nobody's storage: " + describe(restored));
+        for (const fs::path &made : {storage / "meta", storage / "meta" / "data.mdb"}) {
+            struct stat st {};
+            require(::stat(made.c_str(), &st) == 0 && st.st_uid == 65534 && st.st_gid == 65534,
+                    made.string() + " is not owned by the storage's owner");
+        }
+    }
 
     // Arguments that make no sense: exit 2, nothing written.
     for (const std::string &args :
